@@ -1,0 +1,1456 @@
+/* c128.cuh - v0.1.0 - DeepSeek-V4 c128 KV compression in one CUDA C header.
+
+   Turns every 128 tokens of a request into one softmax-pooled KV vector (per-channel softmax
+   over the window's scores plus a learned position bias), with the compression-state buffer,
+   the plans and the planner that drive it: decode, chunked prefill/extend, speculative verify,
+   paged and legacy state, context-parallel sharded state.
+
+   DO THIS
+     In exactly one .cu file of your project:
+         #define C128_IMPLEMENTATION
+         #include "c128.cuh"
+     Everywhere else (C11, C++ or CUDA) include "c128.cuh" for the declarations only, and link
+     cudart (plus libstdc++ when the program's main is plain C):
+         nvcc -c c128_impl.cu && gcc -std=c11 app.c c128_impl.o -lcudart -lstdc++
+     A program of one translation unit may instead
+         #define C128_STATIC
+     which compiles everything as static functions (no exported symbols).
+
+   CONFIGURATION (define before the include that has the implementation)
+     C128_INSTANCES(X)   the instance table; predefine it to compile only the rows you need
+     C128_EPILOGUE       C128_EPILOGUE_TWO_WARP (default) or C128_EPILOGUE_LEGACY
+     C128_STATIC         static functions, implies the implementation in this file
+     C128_IMPLEMENTATION the implementation goes in this translation unit
+
+   QUICK START (an excerpt of examples/quickstart.c)
+         c128_prefill_args a = {0};
+         a.head_dim = 512; a.state_dtype = C128_F32; a.input_dtype = C128_F32;
+         a.output_dtype = C128_F32;
+         a.state = state; a.state_pages = pages; a.input = rows; a.input_rows = n;
+         a.ape = ape; a.output = out; a.output_rows = plans.capacity;
+         a.compress_plans = plans.compress; a.num_compress = plans.num_compress;
+         a.write_plans = plans.write; a.num_write = plans.num_write;
+         c128_status s = c128_prefill(&a, stream);      (or c128_prefill_host(&a, NULL))
+
+   INSTANCES
+     Name h<head_dim>_<state>_<input>_<output>: the default table has every head_dim in
+     {128, 256, 512} x state {f32, bf16} x input {f32, bf16} x output {f32, bf16}, 24 in all.
+     c128_instance_count() / c128_instance_name(i) list what was compiled; the generic entry
+     points (c128_decode, c128_prefill, ...) dispatch on (head_dim, dtypes) from their argument
+     struct; the typed ones (c128_decode_h512_f32_f32_f32, ...) check that the struct agrees.
+
+   ERRORS
+     Every entry point returns a c128_status; c128_status_string() names it. All arguments are
+     checked on the host before anything is launched; a failed check launches and writes nothing.
+     Plan contents live on the device and are checked there: a plan that names pages, rows or
+     outputs outside the buffers is skipped, so no plan bytes can make a kernel touch memory
+     outside the state, input, output and plan arrays.
+
+   PDL, STREAMS, GRAPHS, THREADS
+     Calls allocate nothing, synchronise nothing and keep no global state: every launch is
+     ordered on the caller's stream and can be captured in a CUDA graph. Calls on different
+     streams are independent as long as they share no state pages or output rows. With
+     args.pdl != 0 the kernels are launched with programmatic stream serialisation: each one
+     waits (griddepcontrol.wait) before it reads plans, input or state and before its first
+     state write, so it may start while its predecessor drains. A kernel you launch after ours
+     with PDL must itself execute griddepcontrol.wait (cudaGridDependencySynchronize) before it
+     reads our outputs, as PDL requires of every dependent.
+     Context-parallel state: pages of different live requests must be distinct; the planner
+     cannot check that.
+
+   NUMERICS
+     All arithmetic after loading is fp32. The host runner executes the same per-thread code as
+     the GPU, with explicit fma/round-to-nearest operations and a shared exp, so host and device
+     results are bit-identical unless the device code is built with --use_fast_math / -ftz=true
+     or the host code with FMA contraction (-ffp-contract=fast with an FMA-capable -march).
+     Non-finite input: a score of -inf gives its row weight 0; a channel whose 128 scores are all
+     -inf, or that holds +inf or NaN, produces NaN; kv values propagate by IEEE rules.
+
+   REVISION HISTORY
+     0.1.0 (2026-11-29) first release: kernels, host runner, planner, C API.
+
+   LICENSE: MIT, at the end of this file.
+*/
+#ifndef C128_CUH_INCLUDED
+#define C128_CUH_INCLUDED
+
+/* >>config ------------------------------------------------------------------------------- */
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#define C128_VERSION_MAJOR 0
+#define C128_VERSION_MINOR 1
+#define C128_VERSION_PATCH 0
+
+#if defined(C128_STATIC) && !defined(C128_IMPLEMENTATION)
+#define C128_IMPLEMENTATION
+#endif
+#if defined(C128_STATIC)
+#define C128_API static inline
+#elif defined(__cplusplus)
+#define C128_API extern "C"
+#else
+#define C128_API extern
+#endif
+
+/* Block-level constants, the same for every instance (upstream's C128Config). */
+#define C128_WINDOW 128             /* tokens per compressed vector = rows per state page */
+#define C128_WARP_THREADS 32
+#define C128_TILE_ELEMS 2           /* channels per thread: one 2-element vector */
+#define C128_ROWS_PER_WARP 8        /* window rows each warp folds */
+#define C128_NUM_WARPS (C128_WINDOW / C128_ROWS_PER_WARP)
+#define C128_BLOCK_THREADS (C128_NUM_WARPS * C128_WARP_THREADS)
+#define C128_BLOCKS_PER_SM 2        /* launch bounds of the compress and decode kernels */
+#define C128_WRITE_WARPS 4
+#define C128_WRITE_BLOCK_THREADS (C128_WRITE_WARPS * C128_WARP_THREADS)
+#define C128_WRITE_BLOCKS_PER_SM 16
+#define C128_TILE_DIM (C128_TILE_ELEMS * C128_WARP_THREADS) /* channels per block */
+#define C128_MAX_PREFILL_ROWS 65536 /* ragged_id is a u16 */
+
+/* Per-head_dim constants (upstream's C128Trait), functions of D = head_dim alone. */
+#define C128_NUM_SPLIT(D) ((D) / C128_TILE_DIM)    /* blocks per compress event */
+#define C128_SCORE_OFFSET(D) (D)                   /* score half of a row starts here */
+#define C128_ROW_ELEMS(D) (2 * (D))                /* kv | score */
+#define C128_PAGE_ELEMS(D) (C128_WINDOW * C128_ROW_ELEMS(D))
+
+/* The two epilogues of the compress routine (SPEC 6.1). */
+#define C128_EPILOGUE_TWO_WARP 0
+#define C128_EPILOGUE_LEGACY 1
+#ifndef C128_EPILOGUE
+#define C128_EPILOGUE C128_EPILOGUE_TWO_WARP
+#endif
+
+/* The instance table: X(name, head_dim, buf_t, in_t, out_t, buf_dtype, in_dtype, out_dtype).
+   The *_t columns are the storage types of the implementation (c128__bf16 is a bit pattern). */
+#ifndef C128_INSTANCES
+#define C128__INSTANCES_FOR_DIM(X, D)                                                             \
+  X(h##D##_f32_f32_f32, D, float, float, float, C128_F32, C128_F32, C128_F32)                     \
+  X(h##D##_f32_f32_bf16, D, float, float, c128__bf16, C128_F32, C128_F32, C128_BF16)              \
+  X(h##D##_f32_bf16_f32, D, float, c128__bf16, float, C128_F32, C128_BF16, C128_F32)              \
+  X(h##D##_f32_bf16_bf16, D, float, c128__bf16, c128__bf16, C128_F32, C128_BF16, C128_BF16)       \
+  X(h##D##_bf16_f32_f32, D, c128__bf16, float, float, C128_BF16, C128_F32, C128_F32)              \
+  X(h##D##_bf16_f32_bf16, D, c128__bf16, float, c128__bf16, C128_BF16, C128_F32, C128_BF16)       \
+  X(h##D##_bf16_bf16_f32, D, c128__bf16, c128__bf16, float, C128_BF16, C128_BF16, C128_F32)       \
+  X(h##D##_bf16_bf16_bf16, D, c128__bf16, c128__bf16, c128__bf16, C128_BF16, C128_BF16, C128_BF16)
+#define C128_INSTANCES(X)                                                                         \
+  C128__INSTANCES_FOR_DIM(X, 128) C128__INSTANCES_FOR_DIM(X, 256) C128__INSTANCES_FOR_DIM(X, 512)
+#endif
+
+/* Instance ids in table order, and their count. */
+typedef enum c128_instance_id {
+#define C128__INSTANCE_ENUM(name, D, bt, it, ot, bd, id, od) C128_INSTANCE_##name,
+  C128_INSTANCES(C128__INSTANCE_ENUM)
+#undef C128__INSTANCE_ENUM
+  C128_INSTANCE_COUNT
+} c128_instance_id;
+
+/* Storage dtypes; the values are cudaDataType_t's (CUDA_R_32F, CUDA_R_16BF). */
+typedef enum c128_dtype { C128_F32 = 0, C128_BF16 = 14 } c128_dtype;
+
+/* Status codes: explicit values, never renumbered. X(name, value, message). */
+#define C128_STATUS_LIST(X)                                                                       \
+  X(C128_SUCCESS, 0, "success")                                                                   \
+  X(C128_ERROR_NULL_POINTER, 1, "a required pointer is NULL")                                     \
+  X(C128_ERROR_MISALIGNED, 2, "a tensor or plan pointer is not aligned for its vector access")    \
+  X(C128_ERROR_UNSUPPORTED_INSTANCE, 3, "no compiled instance for this (head_dim, dtypes)")       \
+  X(C128_ERROR_INSTANCE_MISMATCH, 4, "typed entry point called with another instance's args")     \
+  X(C128_ERROR_NEGATIVE_SIZE, 5, "a size or count is negative")                                   \
+  X(C128_ERROR_TOO_MANY_ROWS, 6, "more input rows than a plan can address (65536 for prefill)")   \
+  X(C128_ERROR_TOO_MANY_PLANS, 7, "more plans than a launch or the u16 ragged_id allows")         \
+  X(C128_ERROR_OUTPUT_TOO_SMALL, 8, "output_rows is smaller than the number of plans")            \
+  X(C128_ERROR_STATE_TOO_LARGE, 9, "state_pages overflows 64-bit byte offsets")                   \
+  X(C128_ERROR_INVALID_LAYOUT, 10, "shared layout: need size >= 1, 0 <= rank < size, pages >= 0") \
+  X(C128_ERROR_LAUNCH_FAILED, 11, "cudaLaunchKernelEx failed")                                    \
+  X(C128_ERROR_OUT_OF_MEMORY, 12, "host allocation for the race checker failed")                  \
+  X(C128_ERROR_RACE_DETECTED, 13, "host runner checker found a race between threads or blocks")   \
+  X(C128_ERROR_INVALID_RING, 14, "ring_tokens must be a positive multiple of 128")                \
+  X(C128_ERROR_EXTEND_EXCEEDS_SEQ, 15, "a request's extend_len exceeds its seq_len")              \
+  X(C128_ERROR_EMPTY_EXTEND, 16, "a request of a prefill/extend batch has extend_len 0")          \
+  X(C128_ERROR_POOL_INDEX_OUT_OF_RANGE, 17, "a pool index is negative or beyond the page table")  \
+  X(C128_ERROR_PAGE_OUT_OF_RANGE, 18, "a plan would use a page outside the state")                \
+  X(C128_ERROR_TOO_MANY_DRAFTS, 19, "verify batch has more drafts than the ring can persist")     \
+  X(C128_ERROR_CAPACITY_TOO_SMALL, 20, "plan arrays are smaller than the batch needs")            \
+  X(C128_ERROR_INVALID_PLAN, 21, "a plan is invalid (see the checker's message)")
+
+typedef enum c128_status {
+#define C128__STATUS_ENUM(name, value, message) name = value,
+  C128_STATUS_LIST(C128__STATUS_ENUM)
+#undef C128__STATUS_ENUM
+} c128_status;
+
+#ifdef __cplusplus
+#define C128__ALIGNAS(n) alignas(n)
+#define C128__ALIGNOF(t) alignof(t)
+#define C128__STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define C128__ALIGNAS(n) _Alignas(n)
+#define C128__ALIGNOF(t) _Alignof(t)
+#define C128__STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+
+/* >>plans --------------------------------------------------------------------------------- */
+/* Byte layouts are ABI, identical to SGLang's c128 plans. Little-endian, packed, align = size. */
+typedef struct c128_decode_plan {
+  C128__ALIGNAS(16) uint32_t seq_len;    /* length including the new token; 0 = padding row */
+  int32_t write_loc;   /* global state row (128 * page + slot) of the new token; < 0 = padding */
+  int32_t read_page_0; /* page of position max(seq_len - 1 - 128, 0); for consumers only */
+  int32_t read_page_1; /* page holding the new token = the page compressed at a boundary */
+} c128_decode_plan;
+
+typedef struct c128_compress_plan {
+  C128__ALIGNAS(16) uint32_t seq_len;   /* last position + 1 of the window (a multiple of 128); ~0u = invalid */
+  uint16_t ragged_id;  /* input row of the window's last token */
+  uint16_t buffer_len; /* leading window rows that come from the state page (0..127) */
+  int32_t read_page_0; /* page of position max(pos - 128, 0); for consumers only */
+  int32_t read_page_1; /* state page of the window, read when buffer_len > 0 */
+} c128_compress_plan;
+
+typedef struct c128_write_plan {
+  C128__ALIGNAS(8) uint32_t ragged_id; /* input row; ~0u = invalid */
+  int32_t write_loc;  /* global state row */
+} c128_write_plan;
+
+#define C128__CHECK_FIELD(type, field, offset)                                                  \
+  C128__STATIC_ASSERT(offsetof(type, field) == (offset), #type "." #field " offset is ABI");
+C128__CHECK_FIELD(c128_decode_plan, seq_len, 0)
+C128__CHECK_FIELD(c128_decode_plan, write_loc, 4)
+C128__CHECK_FIELD(c128_decode_plan, read_page_0, 8)
+C128__CHECK_FIELD(c128_decode_plan, read_page_1, 12)
+C128__CHECK_FIELD(c128_compress_plan, seq_len, 0)
+C128__CHECK_FIELD(c128_compress_plan, ragged_id, 4)
+C128__CHECK_FIELD(c128_compress_plan, buffer_len, 6)
+C128__CHECK_FIELD(c128_compress_plan, read_page_0, 8)
+C128__CHECK_FIELD(c128_compress_plan, read_page_1, 12)
+C128__CHECK_FIELD(c128_write_plan, ragged_id, 0)
+C128__CHECK_FIELD(c128_write_plan, write_loc, 4)
+#undef C128__CHECK_FIELD
+C128__STATIC_ASSERT(sizeof(c128_decode_plan) == 16 && C128__ALIGNOF(c128_decode_plan) == 16, "ABI");
+C128__STATIC_ASSERT(sizeof(c128_compress_plan) == 16 && C128__ALIGNOF(c128_compress_plan) == 16, "ABI");
+C128__STATIC_ASSERT(sizeof(c128_write_plan) == 8 && C128__ALIGNOF(c128_write_plan) == 8, "ABI");
+C128__STATIC_ASSERT(C128_NUM_WARPS * C128_ROWS_PER_WARP == C128_WINDOW, "warps cover the window");
+C128__STATIC_ASSERT(C128_WINDOW <= C128_BLOCK_THREADS, "one thread per window row at most");
+
+#define C128_INVALID_ID 0xFFFFFFFFu
+#define C128_INVALID_COMPRESS_PLAN {C128_INVALID_ID, 0, 0, -1, -1}
+#define C128_INVALID_WRITE_PLAN {C128_INVALID_ID, -1}
+
+/* >>api ----------------------------------------------------------------------------------- */
+/* Context-parallel (owner-sharded) state: logical page p lives on rank p mod size. Zero means
+   an unsharded state (size 0 is read as 1). */
+typedef struct c128_shared_layout {
+  int32_t rank;
+  int32_t size;
+  int32_t pages_per_rank;
+} c128_shared_layout;
+
+/* One decode step: one new token per request; input row b and output row b belong to plan b. */
+typedef struct c128_decode_args {
+  int32_t head_dim;
+  c128_dtype state_dtype, input_dtype, output_dtype;
+  void *state;                    /* [state_pages, 128, 2 * head_dim] */
+  int64_t state_pages;            /* physical pages of this rank's view */
+  const void *input;              /* [batch, 2 * head_dim]: kv | score of each new token */
+  const float *ape;               /* [128, head_dim], always f32 */
+  void *output;                   /* [output_rows, head_dim]; row b written only at a boundary */
+  int64_t output_rows;            /* >= batch */
+  const c128_decode_plan *plans;  /* [batch] */
+  int64_t batch;
+  c128_shared_layout layout;
+  int32_t pdl;                    /* launch with programmatic dependent launch */
+} c128_decode_args;
+
+/* A prefill / extend / verify batch: compress events first, then state writes. */
+typedef struct c128_prefill_args {
+  int32_t head_dim;
+  c128_dtype state_dtype, input_dtype, output_dtype;
+  void *state;
+  int64_t state_pages;
+  const void *input;                       /* [input_rows, 2 * head_dim], ragged */
+  int64_t input_rows;                      /* <= 65536 */
+  const float *ape;
+  void *output;                            /* [output_rows, head_dim]: row k <- compress plan k */
+  int64_t output_rows;                     /* >= num_compress */
+  const c128_compress_plan *compress_plans;
+  int64_t num_compress;                    /* launched count, sentinels included */
+  const c128_write_plan *write_plans;
+  int64_t num_write;
+  c128_shared_layout layout;
+  int32_t pdl;
+} c128_prefill_args;
+
+/* Options of the host (CPU) runner. Zero = forward block order, no race checking. */
+typedef struct c128_host_options {
+  int32_t check_races;    /* record every state/output access; fail on a race (SPEC 7) */
+  int32_t reverse_blocks; /* run blocks last to first */
+  char *message;          /* optional: what the race checker found */
+  size_t message_size;
+} c128_host_options;
+
+typedef struct c128_instance_info {
+  const char *name;
+  int32_t head_dim;
+  c128_dtype state_dtype, input_dtype, output_dtype;
+  int32_t num_split;      /* blocks per compress event */
+  int64_t row_elems;      /* elements per state / input row */
+  int64_t page_elems;     /* elements per state page */
+} c128_instance_info;
+
+C128_API const char *c128_status_string(c128_status status);
+C128_API int c128_instance_count(void);
+C128_API const char *c128_instance_name(int index);
+C128_API c128_status c128_instance_info_get(int index, c128_instance_info *info);
+/* Index of the instance for (head_dim, dtypes), or -1. */
+C128_API int c128_find_instance(int head_dim, c128_dtype state, c128_dtype input, c128_dtype output);
+
+C128_API c128_status c128_decode(const c128_decode_args *args, cudaStream_t stream);
+C128_API c128_status c128_prefill(const c128_prefill_args *args, cudaStream_t stream);
+/* The same kernels run on the CPU over host pointers; options may be NULL. */
+C128_API c128_status c128_decode_host(const c128_decode_args *args, const c128_host_options *options);
+C128_API c128_status c128_prefill_host(const c128_prefill_args *args, const c128_host_options *options);
+
+#define C128__DECLARE_TYPED(name, D, bt, it, ot, bd, id, od)                                      \
+  C128_API c128_status c128_decode_##name(const c128_decode_args *args, cudaStream_t stream);     \
+  C128_API c128_status c128_prefill_##name(const c128_prefill_args *args, cudaStream_t stream);   \
+  C128_API c128_status c128_decode_host_##name(const c128_decode_args *args,                      \
+                                               const c128_host_options *options);                 \
+  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *args,                    \
+                                                const c128_host_options *options);
+C128_INSTANCES(C128__DECLARE_TYPED)
+#undef C128__DECLARE_TYPED
+
+/* bf16 storage from C: round to nearest even, NaN stays NaN. */
+C128_API uint16_t c128_bf16_from_float(float value);
+C128_API float c128_bf16_to_float(uint16_t bits);
+
+/* >>planner API ----------------------------------------------------------------------------- */
+/* Where a request's tokens live (SPEC 5). Zero-initialised = legacy layout (R = 128, page = pool
+   index), which still needs state_pages. */
+typedef struct c128_ring {
+  int32_t ring_tokens;       /* R: slots per request, a multiple of 128; 0 = 128 */
+  int32_t speculative;       /* the engine runs speculative decoding on this ring */
+  const int32_t *page_table; /* optional [num_pool][page_table_stride]; NULL = request ring */
+  int64_t page_table_stride; /* entries per pool row, >= R / 128 */
+  int64_t num_pool;          /* rows of page_table (ignored without one) */
+  int64_t state_pages;       /* logical pages of the state */
+} c128_ring;
+
+typedef struct c128_request {
+  int32_t pool_index; /* the request's row in the pool, not its batch position */
+  int32_t seq_len;    /* length after this batch */
+  int32_t extend_len; /* new tokens in this batch (drafts, root included, for verify) */
+} c128_request;
+
+/* Output of the prefill planner. The caller owns both arrays of `capacity` entries. */
+typedef struct c128_prefill_plans {
+  c128_compress_plan *compress;
+  c128_write_plan *write;
+  int64_t capacity;        /* entries of each array; input rows always suffice */
+  int32_t pad_to_capacity; /* fill the tails with invalid sentinels */
+  int64_t num_compress;    /* out: plans emitted (before padding) */
+  int64_t num_write;       /* out */
+} c128_prefill_plans;
+
+/* Prefill / extend / verify batch -> plans in (request, position) order. verify != 0 marks a
+   speculative verify batch (extend_len = drafts, root included). */
+C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request *requests,
+                                       int64_t num_requests, int32_t verify,
+                                       c128_prefill_plans *plans);
+/* Decode batch: one plan per request (extend_len ignored; seq_len 0 = padding row). */
+C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request *requests,
+                                      int64_t batch, c128_decode_plan *plans);
+
+#endif /* C128_CUH_INCLUDED */
+
+/* ========================================================================================== */
+/* Implementation                                                                             */
+/* ========================================================================================== */
+#if defined(C128_IMPLEMENTATION) && !defined(C128__IMPLEMENTATION_DONE)
+#define C128__IMPLEMENTATION_DONE
+#ifndef __CUDACC__
+#error "c128.cuh: the implementation (C128_IMPLEMENTATION or C128_STATIC) must be compiled by nvcc"
+#endif
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+
+#define C128__FN static __host__ __device__ __forceinline__
+#define C128__ALL_LANES 0xFFFFFFFFu
+#ifdef __CUDA_ARCH__
+#define C128__UNROLL _Pragma("unroll")
+#else
+#define C128__UNROLL
+#endif
+#define C128__LAST_ROW (C128_WINDOW - 1)
+
+/* bf16 is stored as its bit pattern; conversions below are the library's own so that host and
+   device round identically. */
+typedef struct c128__bf16 {
+  uint16_t bits;
+} c128__bf16;
+
+/* The instance table's storage types must match the dtype columns. */
+#define C128__CHECK_ROW(name, D, bt, it, ot, bd, id, od)                                          \
+  static_assert((D) % C128_TILE_DIM == 0, #name ": head_dim must be a multiple of 64");           \
+  static_assert(C128_NUM_SPLIT(D) * C128_TILE_DIM == (D), #name ": splits cover head_dim");       \
+  static_assert(C128_PAGE_ELEMS(D) == C128_WINDOW * 2 * (D), #name ": page = 128 rows");          \
+  static_assert(sizeof(bt) == ((bd) == C128_BF16 ? 2 : 4), #name ": state type matches dtype");   \
+  static_assert(sizeof(it) == ((id) == C128_BF16 ? 2 : 4), #name ": input type matches dtype");   \
+  static_assert(sizeof(ot) == ((od) == C128_BF16 ? 2 : 4), #name ": output type matches dtype");
+C128_INSTANCES(C128__CHECK_ROW)
+#undef C128__CHECK_ROW
+
+/* >>device: arithmetic shared by host and device ------------------------------------------ */
+/* Explicit round-to-nearest operations: nvcc would otherwise contract a*b+c into an fma on the
+   device only, and host and device results would differ in the last bit. */
+C128__FN float c128__add(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+C128__FN float c128__sub(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+C128__FN float c128__mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+C128__FN float c128__div(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+C128__FN uint32_t c128__bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+C128__FN float c128__from_bits(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+C128__FN float c128__bf16_widen(uint32_t bits) { return c128__from_bits(bits << 16); }
+C128__FN uint32_t c128__bf16_round(float f) {
+  const uint32_t u = c128__bits(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x0040u; /* NaN stays a (quiet) NaN */
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;                    /* round to nearest even */
+}
+
+/* exp(x) to about 1 ulp from fma and exact operations only, so that the host runner and the GPU
+   get the same bits. exp(-inf) = 0, exp(NaN) = NaN. */
+C128__FN float c128__exp(float x) {
+  if (!(x > -104.0f)) return x != x ? x : 0.0f; /* below the smallest subnormal, -inf, NaN */
+  if (x > 88.72f) return INFINITY;
+  const float n = rintf(c128__mul(x, 1.44269504088896341f));
+  float r = fmaf(n, -0.693145751953125f, x); /* Cody-Waite: ln 2 = hi + lo */
+  r = fmaf(n, -1.42860682030941723e-06f, r);
+  float q = 1.0f / 5040.0f; /* Taylor to degree 7 on |r| <= ln2 / 2: error < 1e-8 */
+  q = fmaf(q, r, 1.0f / 720.0f);
+  q = fmaf(q, r, 1.0f / 120.0f);
+  q = fmaf(q, r, 1.0f / 24.0f);
+  q = fmaf(q, r, 1.0f / 6.0f);
+  q = fmaf(q, r, 0.5f);
+  q = fmaf(q, r, 1.0f);
+  q = fmaf(q, r, 1.0f);
+  const int e = (int)n, e1 = e / 2, e2 = e - e1; /* two steps keep each 2^k a normal number */
+  return c128__mul(c128__mul(q, c128__from_bits((uint32_t)(e1 + 127) << 23)),
+                   c128__from_bits((uint32_t)(e2 + 127) << 23));
+}
+
+/* >>device: what a kernel sees ----------------------------------------------------------- */
+typedef struct c128__checker c128__checker; /* host runner only */
+
+/* An instance's compile-time identity; constant-folded wherever a kernel is stamped. */
+typedef struct c128__trait {
+  int head_dim;
+  int buf, in, out; /* c128_dtype */
+} c128__trait;
+
+/* Kernel arguments, passed by value. plans points at the kernel's own plan kind. */
+typedef struct c128__params {
+  void *state;
+  const void *input;
+  const float *ape;
+  void *output;
+  const void *plans;
+  int64_t num_plans, state_pages, input_rows, output_rows;
+  int32_t rank, size, pages_per_rank;
+  c128__checker *checker;
+} c128__params;
+
+/* One window of one compress event, as a block sees it after its plan was checked. */
+typedef struct c128__window {
+  int64_t state_row0; /* state row of window row 0 (rows < buffer_len come from here) */
+  int64_t input_row0; /* input row of window row 0 (rows >= buffer_len come from here) */
+  int64_t out_row;
+  int32_t buffer_len;
+  int32_t split;
+} c128__window;
+
+/* What a decode block does. */
+typedef struct c128__decode_job {
+  c128__window win;
+  int64_t input_row, write_row;
+  int32_t boundary, write;
+} c128__decode_job;
+
+/* The legacy epilogue pads the lane axis to dodge 16-way bank conflicts; the two-warp one reads
+   32 consecutive floats per source warp and needs no padding. */
+#if C128_EPILOGUE == C128_EPILOGUE_LEGACY
+#define C128__SMEM_LANES (C128_WARP_THREADS + 1)
+#else
+#define C128__SMEM_LANES C128_WARP_THREADS
+#endif
+#define C128__SMEM_FLOATS_PER_WARP (C128_TILE_ELEMS * C128__SMEM_LANES)
+
+/* Per-warp partial softmax triples, one 2-float vector per lane (= 2 channels). */
+typedef struct c128__smem {
+  float2 max[C128_NUM_WARPS][C128__SMEM_LANES];
+  float2 sum[C128_NUM_WARPS][C128__SMEM_LANES];
+  float2 acc[C128_NUM_WARPS][C128__SMEM_LANES];
+} c128__smem;
+
+static void c128__track(c128__checker *checker, const void *addr, int count, int elem_size,
+                        int is_write, const void *data);
+
+C128__FN int c128__elem_size(int dtype) { return dtype == C128_BF16 ? 2 : 4; }
+
+/* Two consecutive elements at base[i] (i even), widened to f32. */
+C128__FN float2 c128__load2(const c128__params *p, const void *base, int64_t i, int dtype) {
+  float2 v;
+  uint32_t raw[2];
+  if (dtype == C128_BF16) {
+#ifdef __CUDA_ARCH__
+    raw[0] = *(const uint32_t *)((const uint16_t *)base + i);
+#else
+    memcpy(raw, (const uint16_t *)base + i, 4);
+#endif
+    v.x = c128__bf16_widen(raw[0] & 0xFFFFu);
+    v.y = c128__bf16_widen(raw[0] >> 16);
+  } else {
+#ifdef __CUDA_ARCH__
+    v = *(const float2 *)((const float *)base + i);
+#else
+    memcpy(&v, (const float *)base + i, 8);
+#endif
+    raw[0] = c128__bits(v.x);
+    raw[1] = c128__bits(v.y);
+  }
+#ifndef __CUDA_ARCH__
+  if (p->checker) c128__track(p->checker, (const char *)base + i * c128__elem_size(dtype), 2,
+                              c128__elem_size(dtype), 0, raw);
+#else
+  (void)p;
+#endif
+  return v;
+}
+
+C128__FN void c128__store_bits(const c128__params *p, void *dst, const void *bits, int count,
+                               int elem_size) {
+#ifdef __CUDA_ARCH__
+  (void)p;
+  if (count * elem_size == 8) *(uint2 *)dst = *(const uint2 *)bits;
+  else if (count * elem_size == 4) *(uint32_t *)dst = *(const uint32_t *)bits;
+  else *(uint16_t *)dst = *(const uint16_t *)bits;
+#else
+  if (p->checker) c128__track(p->checker, dst, count, elem_size, 1, bits);
+  memcpy(dst, bits, (size_t)(count * elem_size));
+#endif
+}
+
+/* Store one f32 value into base[i], rounding to the dtype. */
+C128__FN void c128__store1(const c128__params *p, void *base, int64_t i, int dtype, float v) {
+  if (dtype == C128_BF16) {
+    const uint16_t h = (uint16_t)c128__bf16_round(v);
+    c128__store_bits(p, (uint16_t *)base + i, &h, 1, 2);
+  } else {
+    c128__store_bits(p, (float *)base + i, &v, 1, 4);
+  }
+}
+
+/* Copy two elements of an input row into a state row, converting to the state dtype. When the
+   dtypes agree the bits travel untouched. */
+C128__FN void c128__copy2(const c128__params *p, c128__trait t, int64_t in_elem, int64_t st_elem) {
+  if (t.buf == t.in) {
+    const int es = c128__elem_size(t.in);
+    uint32_t raw[2];
+#ifdef __CUDA_ARCH__
+    if (es == 4) *(uint2 *)raw = *(const uint2 *)((const float *)p->input + in_elem);
+    else raw[0] = *(const uint32_t *)((const uint16_t *)p->input + in_elem);
+#else
+    memcpy(raw, (const char *)p->input + in_elem * es, (size_t)(2 * es));
+#endif
+    c128__store_bits(p, (char *)p->state + st_elem * es, raw, 2, es);
+    return;
+  }
+  const float2 v = c128__load2(p, p->input, in_elem, t.in);
+  if (t.buf == C128_BF16) {
+    const uint32_t packed = c128__bf16_round(v.x) | (c128__bf16_round(v.y) << 16);
+    c128__store_bits(p, (uint16_t *)p->state + st_elem, &packed, 2, 2);
+  } else {
+    c128__store_bits(p, (float *)p->state + st_elem, &v, 2, 4);
+  }
+}
+
+/* >>device: plan checks (SPEC 6.5) -------------------------------------------------------- */
+/* Physical page of a logical one, or -1 when the logical page is outside the logical range
+   (checked before translation: a bad logical page could otherwise land on a good one) or its
+   translation is outside this rank's pages. */
+C128__FN int64_t c128__physical_page(const c128__params *p, int64_t logical) {
+  const int64_t size = p->size > 1 ? p->size : 1;
+  const int64_t logical_pages = size == 1 ? p->state_pages : size * p->pages_per_rank;
+  if (logical < 0 || logical >= logical_pages) return -1;
+  const int64_t physical =
+      size == 1 ? logical : ((logical % size - p->rank + size) % size) * p->pages_per_rank + logical / size;
+  return physical < p->state_pages ? physical : -1;
+}
+C128__FN int c128__owned(const c128__params *p, int64_t logical_page) {
+  return p->size <= 1 || logical_page % p->size == p->rank;
+}
+
+C128__FN void c128__read_plan(const void *src, void *dst, int bytes) {
+#ifdef __CUDA_ARCH__
+  if (bytes == 16) *(uint4 *)dst = *(const uint4 *)src;
+  else *(uint2 *)dst = *(const uint2 *)src;
+#else
+  memcpy(dst, src, (size_t)bytes);
+#endif
+}
+
+/* Decode block -> job; 0 when the block has nothing to do (padding or a plan that fails a
+   bounds check). The answer is the same for every thread of the block. */
+C128__FN int c128__decode_prepare(const c128__params *p, c128__trait t, int64_t block, c128__decode_job *job) {
+  const int num_split = C128_NUM_SPLIT(t.head_dim);
+  const int64_t b = block / num_split;
+  c128_decode_plan plan;
+  c128__read_plan((const c128_decode_plan *)p->plans + b, &plan, sizeof plan);
+  if (plan.seq_len == 0 || plan.write_loc < 0 || b >= p->input_rows) return 0;
+  const int64_t write_page = plan.write_loc / C128_WINDOW;
+  const int64_t write_phys = c128__physical_page(p, write_page);
+  if (write_phys < 0) return 0;
+  job->input_row = b;
+  job->write_row = write_phys * C128_WINDOW + plan.write_loc % C128_WINDOW;
+  job->write = c128__owned(p, write_page);
+  job->boundary = plan.write_loc % C128_WINDOW == C128__LAST_ROW;
+  job->win.split = (int32_t)(block % num_split);
+  if (!job->boundary) return 1;
+  /* Rows 0..126 from the read page, row 127 straight from the input (SPEC 6.2). */
+  const int64_t read_phys = c128__physical_page(p, plan.read_page_1);
+  if (read_phys < 0 || b >= p->output_rows) return 0;
+  job->win.state_row0 = read_phys * C128_WINDOW;
+  job->win.input_row0 = b - C128__LAST_ROW;
+  job->win.buffer_len = C128__LAST_ROW;
+  job->win.out_row = b;
+  return 1;
+}
+
+C128__FN int c128__compress_prepare(const c128__params *p, c128__trait t, int64_t block, c128__window *w) {
+  const int num_split = C128_NUM_SPLIT(t.head_dim);
+  const int64_t k = block / num_split;
+  c128_compress_plan plan;
+  c128__read_plan((const c128_compress_plan *)p->plans + k, &plan, sizeof plan);
+  if (plan.seq_len == C128_INVALID_ID || plan.buffer_len > C128__LAST_ROW || k >= p->output_rows)
+    return 0;
+  const int64_t first_input = (int64_t)plan.ragged_id - C128__LAST_ROW + plan.buffer_len;
+  if (plan.ragged_id >= p->input_rows || first_input < 0) return 0;
+  int64_t read_phys = 0;
+  if (plan.buffer_len > 0 && (read_phys = c128__physical_page(p, plan.read_page_1)) < 0) return 0;
+  w->state_row0 = read_phys * C128_WINDOW;
+  w->input_row0 = (int64_t)plan.ragged_id - C128__LAST_ROW;
+  w->buffer_len = plan.buffer_len;
+  w->out_row = k;
+  w->split = (int32_t)(block % num_split);
+  return 1;
+}
+
+/* >>device: the compress routine (SPEC 6.1) ---------------------------------------------- */
+/* Phase 1, one thread: load its 8 rows x 2 channels, form the partial (max, sum, weighted sum)
+   of each channel and publish them in shared memory. */
+C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__window *w, int tid,
+                             c128__smem *sm) {
+  const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
+  const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
+  const int64_t ch = (int64_t)w->split * C128_TILE_DIM + C128_TILE_ELEMS * lane;
+  float2 kv[C128_ROWS_PER_WARP], score[C128_ROWS_PER_WARP];
+C128__UNROLL
+  for (int r = 0; r < C128_ROWS_PER_WARP; ++r) { /* every load issued before any use */
+    const int j = warp * C128_ROWS_PER_WARP + r;
+    const int from_state = j < w->buffer_len;
+    const int64_t row = from_state ? w->state_row0 + j : w->input_row0 + j;
+    if (t.buf == t.in) { /* homogeneous: one pointer select, one load path */
+      const void *base = from_state ? (const void *)p->state : p->input;
+      kv[r] = c128__load2(p, base, row * row_elems + ch, t.in);
+      score[r] = c128__load2(p, base, row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.in);
+    } else if (from_state) {
+      kv[r] = c128__load2(p, p->state, row * row_elems + ch, t.buf);
+      score[r] = c128__load2(p, p->state, row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.buf);
+    } else {
+      kv[r] = c128__load2(p, p->input, row * row_elems + ch, t.in);
+      score[r] = c128__load2(p, p->input, row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.in);
+    }
+  }
+  float2 m = make_float2(-INFINITY, -INFINITY);
+C128__UNROLL
+  for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
+    const float2 ape = c128__load2(p, p->ape, (int64_t)(warp * C128_ROWS_PER_WARP + r) * t.head_dim + ch, C128_F32);
+    score[r].x = c128__add(score[r].x, ape.x);
+    score[r].y = c128__add(score[r].y, ape.y);
+    m.x = fmaxf(m.x, score[r].x);
+    m.y = fmaxf(m.y, score[r].y);
+  }
+  /* A warp whose 8 scores are all -inf contributes nothing, not NaN. */
+  const float2 shift = make_float2(m.x == -INFINITY ? 0.0f : m.x, m.y == -INFINITY ? 0.0f : m.y);
+  float2 sum = make_float2(0.0f, 0.0f), acc = make_float2(0.0f, 0.0f);
+C128__UNROLL
+  for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
+    const float ex = c128__exp(c128__sub(score[r].x, shift.x));
+    const float ey = c128__exp(c128__sub(score[r].y, shift.y));
+    sum.x = c128__add(sum.x, ex);
+    sum.y = c128__add(sum.y, ey);
+    acc.x = fmaf(kv[r].x, ex, acc.x);
+    acc.y = fmaf(kv[r].y, ey, acc.y);
+  }
+  sm->max[warp][lane] = m;
+  sm->sum[warp][lane] = sum;
+  sm->acc[warp][lane] = acc;
+}
+
+/* Partial of source warp w for channel c (0..63) of the split. */
+#define C128__PARTIAL(sm, field, w, c) ((&(sm)->field[0][0].x)[(w) * C128__SMEM_FLOATS_PER_WARP + (c)])
+
+/* Phase 2, two-warp epilogue: thread t < 64 folds the 16 partials of channel t in registers. */
+C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c128__window *w, int tid,
+                                  const c128__smem *sm) {
+  if (tid >= C128_TILE_DIM) return;
+  float m[C128_NUM_WARPS];
+  float big = -INFINITY;
+C128__UNROLL
+  for (int i = 0; i < C128_NUM_WARPS; ++i) {
+    m[i] = C128__PARTIAL(sm, max, i, tid);
+    big = fmaxf(big, m[i]);
+  }
+  const float shift = big == -INFINITY ? 0.0f : big;
+  float denom = 0.0f, numer = 0.0f;
+C128__UNROLL
+  for (int i = 0; i < C128_NUM_WARPS; ++i) {
+    const float r = c128__exp(c128__sub(m[i], shift));
+    denom = fmaf(C128__PARTIAL(sm, sum, i, tid), r, denom);
+    numer = fmaf(C128__PARTIAL(sm, acc, i, tid), r, numer);
+  }
+  const int64_t out = w->out_row * t.head_dim + (int64_t)w->split * C128_TILE_DIM + tid;
+  c128__store1(p, p->output, out, t.out, c128__div(numer, denom));
+}
+
+/* xor-butterfly over the 16 lanes of a half-warp. The device trades registers; the host runner,
+   which runs one lane at a time, replays the same tree over all 16 lanes' inputs (`lanes`), so
+   both produce the same bits. */
+C128__FN float c128__butterfly16(float own, const float *lanes, int is_max, int lane) {
+#ifdef __CUDA_ARCH__
+  (void)lanes;
+  (void)lane;
+C128__UNROLL
+  for (int o = 8; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(C128__ALL_LANES, own, o);
+    own = is_max ? fmaxf(own, other) : c128__add(own, other);
+  }
+  return own;
+#else
+  (void)own;
+  float v[16], next[16];
+  memcpy(v, lanes, sizeof v);
+  for (int o = 8; o > 0; o >>= 1) {
+    for (int i = 0; i < 16; ++i) next[i] = is_max ? fmaxf(v[i], v[i ^ o]) : c128__add(v[i], v[i ^ o]);
+    memcpy(v, next, sizeof v);
+  }
+  return v[lane];
+#endif
+}
+
+/* Phase 2, legacy epilogue: all 512 threads in 2 passes; each half-warp owns one channel, its
+   16 lanes hold the 16 partials; every lane stores the result. */
+C128__FN void c128__fold_legacy(const c128__params *p, c128__trait t, const c128__window *w, int tid,
+                                const c128__smem *sm) {
+  const int src = tid % 16, half = tid / 16;
+  const int halves = C128_BLOCK_THREADS / 16;
+  float lanes_m[16], lanes_s[16], lanes_p[16]; /* host replay only */
+C128__UNROLL
+  for (int pass = 0; pass < C128_TILE_DIM / halves; ++pass) {
+    const int c = pass * halves + half;
+    const float m = C128__PARTIAL(sm, max, src, c);
+#ifndef __CUDA_ARCH__
+    for (int i = 0; i < 16; ++i) lanes_m[i] = C128__PARTIAL(sm, max, i, c);
+#endif
+    const float big = c128__butterfly16(m, lanes_m, 1, src);
+    const float shift = big == -INFINITY ? 0.0f : big;
+    const float r = c128__exp(c128__sub(m, shift));
+#ifndef __CUDA_ARCH__
+    for (int i = 0; i < 16; ++i)
+      lanes_s[i] = c128__mul(C128__PARTIAL(sm, sum, i, c), c128__exp(c128__sub(lanes_m[i], shift)));
+#endif
+    const float denom = c128__butterfly16(c128__mul(C128__PARTIAL(sm, sum, src, c), r), lanes_s, 0, src);
+#ifndef __CUDA_ARCH__
+    for (int i = 0; i < 16; ++i)
+      lanes_p[i] = c128__mul(C128__PARTIAL(sm, acc, i, c),
+                             c128__div(c128__exp(c128__sub(lanes_m[i], shift)), denom));
+#endif
+    const float out = c128__butterfly16(c128__mul(C128__PARTIAL(sm, acc, src, c), c128__div(r, denom)),
+                                        lanes_p, 0, src);
+    c128__store1(p, p->output, w->out_row * t.head_dim + (int64_t)w->split * C128_TILE_DIM + c, t.out, out);
+  }
+  (void)lanes_m;
+  (void)lanes_s;
+  (void)lanes_p;
+}
+
+C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__window *w, int tid,
+                         const c128__smem *sm) {
+#if C128_EPILOGUE == C128_EPILOGUE_LEGACY
+  c128__fold_legacy(p, t, w, tid, sm);
+#else
+  c128__fold_two_warp(p, t, w, tid, sm);
+#endif
+}
+
+/* Decode phase 1: warp 0 persists this split's slice of the new token; at a boundary every
+   thread also forms its partials. */
+C128__FN void c128__decode_phase1(const c128__params *p, c128__trait t, const c128__decode_job *job,
+                                  int tid, c128__smem *sm) {
+  if (job->write && tid < C128_WARP_THREADS) {
+    const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
+    const int64_t ch = (int64_t)job->win.split * C128_TILE_DIM + C128_TILE_ELEMS * tid;
+    c128__copy2(p, t, job->input_row * row_elems + ch, job->write_row * row_elems + ch);
+    c128__copy2(p, t, job->input_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch,
+                job->write_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
+  }
+  if (job->boundary) c128__partials(p, t, &job->win, tid, sm);
+}
+
+/* Write kernel, one warp task = one 128-element chunk of one write plan's row. */
+C128__FN void c128__write_task(const c128__params *p, c128__trait t, int64_t task, int lane) {
+  const int num_split = C128_NUM_SPLIT(t.head_dim);
+  c128_write_plan plan;
+  c128__read_plan((const c128_write_plan *)p->plans + task / num_split, &plan, sizeof plan);
+  if (plan.ragged_id == C128_INVALID_ID || plan.ragged_id >= p->input_rows || plan.write_loc < 0) return;
+  const int64_t page = plan.write_loc / C128_WINDOW;
+  const int64_t phys = c128__physical_page(p, page);
+  if (phys < 0 || !c128__owned(p, page)) return;
+  const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
+  const int64_t dst = (phys * C128_WINDOW + plan.write_loc % C128_WINDOW) * row_elems;
+  const int64_t src = (int64_t)plan.ragged_id * row_elems;
+  const int64_t e = (task % num_split) * (C128_WARP_THREADS * 2 * C128_TILE_ELEMS) + C128_TILE_ELEMS * lane;
+  c128__copy2(p, t, src + e, dst + e);
+  c128__copy2(p, t, src + e + C128_TILE_DIM, dst + e + C128_TILE_DIM);
+}
+
+/* >>kernels ------------------------------------------------------------------------------- */
+/* PDL: wait for the predecessor's memory before touching plans, input or state; let dependents
+   launch once this block's stores are issued (they must wait themselves before reading). */
+static __device__ __forceinline__ void c128__pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void c128__pdl_trigger(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void c128__decode_block(const c128__params *p, c128__trait t) {
+  __shared__ c128__smem sm;
+  c128__decode_job job;
+  c128__pdl_wait();
+  if (c128__decode_prepare(p, t, blockIdx.x, &job)) {
+    c128__decode_phase1(p, t, &job, (int)threadIdx.x, &sm);
+    if (job.boundary) { /* block-uniform */
+      __syncthreads();
+      c128__fold(p, t, &job.win, (int)threadIdx.x, &sm);
+    }
+  }
+  c128__pdl_trigger();
+}
+
+static __device__ __forceinline__ void c128__compress_block(const c128__params *p, c128__trait t) {
+  __shared__ c128__smem sm;
+  c128__window w;
+  c128__pdl_wait();
+  if (c128__compress_prepare(p, t, blockIdx.x, &w)) {
+    c128__partials(p, t, &w, (int)threadIdx.x, &sm);
+    __syncthreads();
+    c128__fold(p, t, &w, (int)threadIdx.x, &sm);
+  }
+  c128__pdl_trigger();
+}
+
+static __device__ __forceinline__ void c128__write_block(const c128__params *p, c128__trait t) {
+  const int64_t task = (int64_t)blockIdx.x * C128_WRITE_WARPS + threadIdx.x / C128_WARP_THREADS;
+  if (task < p->num_plans * C128_NUM_SPLIT(t.head_dim)) { /* tail warps exit before any read */
+    c128__pdl_wait();
+    c128__write_task(p, t, task, (int)(threadIdx.x % C128_WARP_THREADS));
+  }
+  c128__pdl_trigger();
+}
+
+#define C128__KERNELS(name, D, bt, it, ot, bd, id, od)                                            \
+  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)                \
+      c128__decode_kernel_##name(const c128__params p) {                                          \
+    const c128__trait t = {D, bd, id, od};                                                        \
+    c128__decode_block(&p, t);                                                                    \
+  }                                                                                               \
+  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)                \
+      c128__compress_kernel_##name(const c128__params p) {                                        \
+    const c128__trait t = {D, bd, id, od};                                                        \
+    c128__compress_block(&p, t);                                                                  \
+  }                                                                                               \
+  static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM)    \
+      c128__write_kernel_##name(const c128__params p) {                                           \
+    const c128__trait t = {D, bd, id, od};                                                        \
+    c128__write_block(&p, t);                                                                     \
+  }
+C128_INSTANCES(C128__KERNELS)
+#undef C128__KERNELS
+
+/* >>host: the CPU runner and its race checker (SPEC 7) ------------------------------------ */
+/* Last writer and up to two readers of one state/output element within one launch. Block ids
+   are stored + 1 so that a zeroed shadow means "untouched". */
+typedef struct c128__shadow {
+  uint32_t bits;
+  int32_t wblock, rblock[2];
+  int16_t wtid, rtid[2];
+  int8_t wphase, rphase[2];
+} c128__shadow;
+
+enum { C128__STATE_REGION, C128__OUTPUT_REGION, C128__REGIONS };
+
+struct c128__checker {
+  const char *base[C128__REGIONS];
+  size_t bytes[C128__REGIONS];
+  c128__shadow *shadow[C128__REGIONS];
+  int32_t block, tid, phase;
+  int raced;
+  char *message;
+  size_t message_size;
+};
+
+static void c128__race(c128__checker *c, const char *what, int region, size_t elem, int32_t block, int tid) {
+  if (c->raced++ || !c->message || !c->message_size) return;
+  snprintf(c->message, c->message_size, "%s on %s element %zu: block %d thread %d phase %d vs block %d thread %d",
+           what, region == C128__STATE_REGION ? "state" : "output", elem, (int)c->block, (int)c->tid,
+           (int)c->phase, (int)block - 1, tid);
+}
+
+static void c128__track(c128__checker *c, const void *addr, int count, int elem_size, int is_write,
+                        const void *data) {
+  const char *a = (const char *)addr;
+  for (int region = 0; region < C128__REGIONS; ++region) {
+    if (!c->base[region] || a < c->base[region] || a >= c->base[region] + c->bytes[region]) continue;
+    const size_t first = (size_t)(a - c->base[region]) / (size_t)elem_size;
+    const int32_t block = c->block + 1;
+    for (int i = 0; i < count; ++i) {
+      c128__shadow *s = &c->shadow[region][first + (size_t)i];
+      uint32_t bits = 0;
+      memcpy(&bits, (const char *)data + i * elem_size, (size_t)elem_size);
+      const int same_phase_other = s->wphase == c->phase && s->wtid != c->tid;
+      if (!is_write) {
+        if (s->wblock && (s->wblock != block || same_phase_other))
+          c128__race(c, "read after write", region, first + (size_t)i, s->wblock, s->wtid);
+        const int slot = !s->rblock[0] || (s->rblock[0] == block && s->rtid[0] == c->tid) ? 0 : 1;
+        s->rblock[slot] = block;
+        s->rtid[slot] = (int16_t)c->tid;
+        s->rphase[slot] = (int8_t)c->phase;
+        continue;
+      }
+      /* Lanes of one warp storing identical bits in one phase (the legacy epilogue) are fine. */
+      const int same_warp_same_bits = s->wtid / C128_WARP_THREADS == c->tid / C128_WARP_THREADS && s->bits == bits;
+      if (s->wblock && (s->wblock != block || (same_phase_other && !same_warp_same_bits)))
+        c128__race(c, "write after write", region, first + (size_t)i, s->wblock, s->wtid);
+      for (int r = 0; r < 2; ++r)
+        if (s->rblock[r] && (s->rblock[r] != block || (s->rphase[r] == c->phase && s->rtid[r] != c->tid)))
+          c128__race(c, "write after read", region, first + (size_t)i, s->rblock[r], s->rtid[r]);
+      s->wblock = block;
+      s->wtid = (int16_t)c->tid;
+      s->wphase = (int8_t)c->phase;
+      s->bits = bits;
+    }
+    return;
+  }
+}
+
+enum { C128__KIND_DECODE, C128__KIND_COMPRESS, C128__KIND_WRITE };
+
+/* Runs one launch on the CPU: for each block, phase 1 for every thread, then phase 2. */
+static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64_t blocks,
+                                  const c128_host_options *o) {
+  c128__checker checker;
+  memset(&checker, 0, sizeof checker);
+  if (o && o->check_races) {
+    checker.base[C128__STATE_REGION] = (const char *)p.state;
+    checker.bytes[C128__STATE_REGION] = (size_t)p.state_pages * C128_PAGE_ELEMS(t.head_dim) * c128__elem_size(t.buf);
+    checker.base[C128__OUTPUT_REGION] = (const char *)p.output;
+    checker.bytes[C128__OUTPUT_REGION] = (size_t)p.output_rows * t.head_dim * c128__elem_size(t.out);
+    checker.message = o->message;
+    checker.message_size = o->message_size;
+    for (int r = 0; r < C128__REGIONS; ++r) {
+      const size_t elems = checker.bytes[r] / (size_t)c128__elem_size(r == C128__STATE_REGION ? t.buf : t.out);
+      checker.shadow[r] = (c128__shadow *)calloc(elems ? elems : 1, sizeof(c128__shadow));
+    }
+    if (!checker.shadow[0] || !checker.shadow[1]) {
+      free(checker.shadow[0]);
+      free(checker.shadow[1]);
+      return C128_ERROR_OUT_OF_MEMORY;
+    }
+    p.checker = &checker;
+  }
+  const int threads = kind == C128__KIND_WRITE ? C128_WRITE_BLOCK_THREADS : C128_BLOCK_THREADS;
+  const int64_t tasks = p.num_plans * C128_NUM_SPLIT(t.head_dim);
+  static_assert(C128_WRITE_BLOCK_THREADS <= C128_BLOCK_THREADS, "job array sized for the larger block");
+  c128__smem sm;
+  c128__decode_job job[C128_BLOCK_THREADS]; /* each thread's registers between the phases */
+  int active[C128_BLOCK_THREADS];
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t block = o && o->reverse_blocks ? blocks - 1 - i : i;
+    memset(&sm, 0xFF, sizeof sm); /* NaN: a fold that reads an unwritten partial shows it */
+    checker.block = (int32_t)block;
+    for (checker.phase = 0; checker.phase < 2; ++checker.phase) {
+      for (int tid = 0; tid < threads; ++tid) {
+        checker.tid = tid;
+        if (kind == C128__KIND_WRITE) {
+          const int64_t task = block * C128_WRITE_WARPS + tid / C128_WARP_THREADS;
+          if (checker.phase == 0 && task < tasks) c128__write_task(&p, t, task, tid % C128_WARP_THREADS);
+        } else if (checker.phase == 0) {
+          active[tid] = kind == C128__KIND_DECODE ? c128__decode_prepare(&p, t, block, &job[tid])
+                                                  : c128__compress_prepare(&p, t, block, &job[tid].win);
+          if (!active[tid]) continue;
+          if (kind == C128__KIND_DECODE) c128__decode_phase1(&p, t, &job[tid], tid, &sm);
+          else c128__partials(&p, t, &job[tid].win, tid, &sm);
+        } else if (active[tid] && (kind == C128__KIND_COMPRESS || job[tid].boundary)) {
+          c128__fold(&p, t, &job[tid].win, tid, &sm);
+        }
+      }
+    }
+  }
+  free(checker.shadow[0]);
+  free(checker.shadow[1]);
+  return checker.raced ? C128_ERROR_RACE_DETECTED : C128_SUCCESS;
+}
+
+/* >>launch: validation and launches -------------------------------------------------------- */
+static int c128__misaligned(const void *ptr, size_t align) { return (uintptr_t)ptr % align != 0; }
+
+static c128_status c128__check_common(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od,
+                                      c128__trait t, int64_t state_pages, c128_shared_layout l) {
+  if (head_dim != t.head_dim || (int)sd != t.buf || (int)id != t.in || (int)od != t.out)
+    return C128_ERROR_INSTANCE_MISMATCH;
+  if (state_pages < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (state_pages > INT64_MAX / ((int64_t)C128_PAGE_ELEMS(t.head_dim) * 4)) return C128_ERROR_STATE_TOO_LARGE;
+  const int32_t size = l.size == 0 ? 1 : l.size;
+  if (size < 1 || l.rank < 0 || l.rank >= size || l.pages_per_rank < 0) return C128_ERROR_INVALID_LAYOUT;
+  return C128_SUCCESS;
+}
+
+/* Vector accesses: a pair of f32 needs 8 bytes, a pair of bf16 4; outputs are stored singly. */
+static c128_status c128__check_pointers(c128__trait t, const void *state, const void *input,
+                                        const float *ape, const void *output, int need_output) {
+  if (!state || !input || (need_output && (!ape || !output))) return C128_ERROR_NULL_POINTER;
+  if (c128__misaligned(state, 2 * (size_t)c128__elem_size(t.buf)) ||
+      c128__misaligned(input, 2 * (size_t)c128__elem_size(t.in)) ||
+      (need_output && (c128__misaligned(ape, 2 * sizeof(float)) ||
+                       c128__misaligned(output, (size_t)c128__elem_size(t.out)))))
+    return C128_ERROR_MISALIGNED;
+  return C128_SUCCESS;
+}
+
+static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait t) {
+  if (!a) return C128_ERROR_NULL_POINTER;
+  c128_status st = c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t,
+                                      a->state_pages, a->layout);
+  if (st != C128_SUCCESS) return st;
+  if (a->batch < 0 || a->output_rows < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (a->batch > INT32_MAX / C128_NUM_SPLIT(t.head_dim)) return C128_ERROR_TOO_MANY_PLANS;
+  if (a->batch == 0) return C128_SUCCESS;
+  if (a->output_rows < a->batch) return C128_ERROR_OUTPUT_TOO_SMALL;
+  if (!a->plans) return C128_ERROR_NULL_POINTER;
+  if (c128__misaligned(a->plans, sizeof(c128_decode_plan))) return C128_ERROR_MISALIGNED;
+  return c128__check_pointers(t, a->state, a->input, a->ape, a->output, 1);
+}
+
+static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trait t) {
+  if (!a) return C128_ERROR_NULL_POINTER;
+  c128_status st = c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t,
+                                      a->state_pages, a->layout);
+  if (st != C128_SUCCESS) return st;
+  if (a->input_rows < 0 || a->output_rows < 0 || a->num_compress < 0 || a->num_write < 0)
+    return C128_ERROR_NEGATIVE_SIZE;
+  if (a->input_rows > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS;
+  if (a->num_compress > C128_MAX_PREFILL_ROWS || a->num_write > C128_MAX_PREFILL_ROWS)
+    return C128_ERROR_TOO_MANY_PLANS;
+  if (a->num_compress == 0 && a->num_write == 0) return C128_SUCCESS;
+  if (a->output_rows < a->num_compress) return C128_ERROR_OUTPUT_TOO_SMALL;
+  if ((a->num_compress && !a->compress_plans) || (a->num_write && !a->write_plans))
+    return C128_ERROR_NULL_POINTER;
+  if (c128__misaligned(a->compress_plans, sizeof(c128_compress_plan)) ||
+      c128__misaligned(a->write_plans, sizeof(c128_write_plan)))
+    return C128_ERROR_MISALIGNED;
+  return c128__check_pointers(t, a->state, a->input, a->ape, a->output, a->num_compress > 0);
+}
+
+static c128__params c128__base_params(void *state, int64_t state_pages, const void *input, int64_t input_rows,
+                                      const float *ape, void *output, int64_t output_rows,
+                                      c128_shared_layout layout) {
+  c128__params p;
+  memset(&p, 0, sizeof p);
+  p.state = state;
+  p.state_pages = state_pages;
+  p.input = input;
+  p.input_rows = input_rows;
+  p.ape = ape;
+  p.output = output;
+  p.output_rows = output_rows;
+  p.rank = layout.rank;
+  p.size = layout.size == 0 ? 1 : layout.size;
+  p.pages_per_rank = layout.pages_per_rank;
+  return p;
+}
+
+static c128__params c128__decode_params(const c128_decode_args *a) {
+  c128__params p = c128__base_params(a->state, a->state_pages, a->input, a->batch, a->ape, a->output,
+                                     a->output_rows, a->layout);
+  p.plans = a->plans;
+  p.num_plans = a->batch;
+  return p;
+}
+
+static c128__params c128__prefill_params(const c128_prefill_args *a, int compress) {
+  c128__params p = c128__base_params(a->state, a->state_pages, a->input, a->input_rows, a->ape, a->output,
+                                     a->output_rows, a->layout);
+  p.plans = compress ? (const void *)a->compress_plans : (const void *)a->write_plans;
+  p.num_plans = compress ? a->num_compress : a->num_write;
+  return p;
+}
+
+static int64_t c128__write_blocks(int64_t num_write, c128__trait t) {
+  return (num_write * C128_NUM_SPLIT(t.head_dim) + C128_WRITE_WARPS - 1) / C128_WRITE_WARPS;
+}
+
+static c128_status c128__launch(const void *kernel, int64_t blocks, int threads, int32_t pdl,
+                                cudaStream_t stream, c128__params p) {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = pdl != 0;
+  config.gridDim = dim3((unsigned)blocks, 1, 1);
+  config.blockDim = dim3((unsigned)threads, 1, 1);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  void *args[1] = {&p};
+  return cudaLaunchKernelExC(&config, kernel, args) == cudaSuccess ? C128_SUCCESS : C128_ERROR_LAUNCH_FAILED;
+}
+
+static c128_status c128__decode_gpu(const c128_decode_args *a, c128__trait t, const void *kernel,
+                                    cudaStream_t stream) {
+  const c128_status st = c128__validate_decode(a, t);
+  if (st != C128_SUCCESS || a->batch == 0) return st;
+  return c128__launch(kernel, a->batch * C128_NUM_SPLIT(t.head_dim), C128_BLOCK_THREADS, a->pdl, stream,
+                      c128__decode_params(a));
+}
+
+static c128_status c128__decode_cpu(const c128_decode_args *a, c128__trait t, const c128_host_options *o) {
+  const c128_status st = c128__validate_decode(a, t);
+  if (st != C128_SUCCESS || a->batch == 0) return st;
+  return c128__run_host(c128__decode_params(a), t, C128__KIND_DECODE, a->batch * C128_NUM_SPLIT(t.head_dim), o);
+}
+
+/* Compress first, write second, on one stream: a batch's writes may land on slots its own
+   compress events still read (SPEC 6.3). */
+static c128_status c128__prefill_gpu(const c128_prefill_args *a, c128__trait t, const void *compress_kernel,
+                                     const void *write_kernel, cudaStream_t stream) {
+  c128_status st = c128__validate_prefill(a, t);
+  if (st == C128_SUCCESS && a->num_compress > 0)
+    st = c128__launch(compress_kernel, a->num_compress * C128_NUM_SPLIT(t.head_dim), C128_BLOCK_THREADS,
+                      a->pdl, stream, c128__prefill_params(a, 1));
+  if (st == C128_SUCCESS && a->num_write > 0)
+    st = c128__launch(write_kernel, c128__write_blocks(a->num_write, t), C128_WRITE_BLOCK_THREADS, a->pdl,
+                      stream, c128__prefill_params(a, 0));
+  return st;
+}
+
+static c128_status c128__prefill_cpu(const c128_prefill_args *a, c128__trait t, const c128_host_options *o) {
+  c128_status st = c128__validate_prefill(a, t);
+  if (st == C128_SUCCESS && a->num_compress > 0)
+    st = c128__run_host(c128__prefill_params(a, 1), t, C128__KIND_COMPRESS,
+                        a->num_compress * C128_NUM_SPLIT(t.head_dim), o);
+  if (st == C128_SUCCESS && a->num_write > 0)
+    st = c128__run_host(c128__prefill_params(a, 0), t, C128__KIND_WRITE, c128__write_blocks(a->num_write, t), o);
+  return st;
+}
+
+/* >>dispatch ------------------------------------------------------------------------------ */
+#define C128__ENTRY_POINTS(name, D, bt, it, ot, bd, id, od)                                       \
+  C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {       \
+    const c128__trait t = {D, bd, id, od};                                                        \
+    return c128__decode_gpu(a, t, (const void *)c128__decode_kernel_##name, stream);              \
+  }                                                                                               \
+  C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {     \
+    const c128__trait t = {D, bd, id, od};                                                        \
+    return c128__prefill_gpu(a, t, (const void *)c128__compress_kernel_##name,                    \
+                             (const void *)c128__write_kernel_##name, stream);                    \
+  }                                                                                               \
+  C128_API c128_status c128_decode_host_##name(const c128_decode_args *a,                         \
+                                               const c128_host_options *o) {                      \
+    const c128__trait t = {D, bd, id, od};                                                        \
+    return c128__decode_cpu(a, t, o);                                                             \
+  }                                                                                               \
+  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a,                       \
+                                                const c128_host_options *o) {                     \
+    const c128__trait t = {D, bd, id, od};                                                        \
+    return c128__prefill_cpu(a, t, o);                                                            \
+  }
+C128_INSTANCES(C128__ENTRY_POINTS)
+#undef C128__ENTRY_POINTS
+
+typedef struct c128__instance {
+  c128_instance_info info;
+  c128_status (*decode)(const c128_decode_args *, cudaStream_t);
+  c128_status (*prefill)(const c128_prefill_args *, cudaStream_t);
+  c128_status (*decode_host)(const c128_decode_args *, const c128_host_options *);
+  c128_status (*prefill_host)(const c128_prefill_args *, const c128_host_options *);
+} c128__instance;
+
+#define C128__INSTANCE_ROW(name, D, bt, it, ot, bd, id, od)                                       \
+  {{#name, D, bd, id, od, C128_NUM_SPLIT(D), C128_ROW_ELEMS(D), C128_PAGE_ELEMS(D)},              \
+   c128_decode_##name, c128_prefill_##name, c128_decode_host_##name, c128_prefill_host_##name},
+static const c128__instance c128__instances[] = {C128_INSTANCES(C128__INSTANCE_ROW)};
+#undef C128__INSTANCE_ROW
+static_assert(sizeof c128__instances / sizeof c128__instances[0] == C128_INSTANCE_COUNT, "one row each");
+
+C128_API const char *c128_status_string(c128_status status) {
+  switch (status) {
+#define C128__STATUS_CASE(name, value, message)                                                   \
+  case name:                                                                                      \
+    return #name ": " message;
+    C128_STATUS_LIST(C128__STATUS_CASE)
+#undef C128__STATUS_CASE
+  }
+  return "unknown c128_status";
+}
+
+C128_API int c128_instance_count(void) { return C128_INSTANCE_COUNT; }
+
+C128_API const char *c128_instance_name(int index) {
+  return index >= 0 && index < C128_INSTANCE_COUNT ? c128__instances[index].info.name : NULL;
+}
+
+C128_API c128_status c128_instance_info_get(int index, c128_instance_info *info) {
+  if (!info) return C128_ERROR_NULL_POINTER;
+  if (index < 0 || index >= C128_INSTANCE_COUNT) return C128_ERROR_UNSUPPORTED_INSTANCE;
+  *info = c128__instances[index].info;
+  return C128_SUCCESS;
+}
+
+C128_API int c128_find_instance(int head_dim, c128_dtype state, c128_dtype input, c128_dtype output) {
+  for (int i = 0; i < C128_INSTANCE_COUNT; ++i) {
+    const c128_instance_info *f = &c128__instances[i].info;
+    if (f->head_dim == head_dim && f->state_dtype == state && f->input_dtype == input && f->output_dtype == output)
+      return i;
+  }
+  return -1;
+}
+
+#define C128__DISPATCH(args, entry, ...)                                                          \
+  do {                                                                                            \
+    if (!(args)) return C128_ERROR_NULL_POINTER;                                                  \
+    const int i_ = c128_find_instance((args)->head_dim, (args)->state_dtype, (args)->input_dtype, \
+                                      (args)->output_dtype);                                      \
+    return i_ < 0 ? C128_ERROR_UNSUPPORTED_INSTANCE : c128__instances[i_].entry(args, __VA_ARGS__); \
+  } while (0)
+C128_API c128_status c128_decode(const c128_decode_args *a, cudaStream_t s) { C128__DISPATCH(a, decode, s); }
+C128_API c128_status c128_prefill(const c128_prefill_args *a, cudaStream_t s) { C128__DISPATCH(a, prefill, s); }
+C128_API c128_status c128_decode_host(const c128_decode_args *a, const c128_host_options *o) {
+  C128__DISPATCH(a, decode_host, o);
+}
+C128_API c128_status c128_prefill_host(const c128_prefill_args *a, const c128_host_options *o) {
+  C128__DISPATCH(a, prefill_host, o);
+}
+#undef C128__DISPATCH
+
+C128_API uint16_t c128_bf16_from_float(float value) { return (uint16_t)c128__bf16_round(value); }
+C128_API float c128_bf16_to_float(uint16_t bits) { return c128__bf16_widen(bits); }
+
+/* >>planner (SPEC 5) ---------------------------------------------------------------------- */
+static int64_t c128__ring_tokens(const c128_ring *r) { return r->ring_tokens ? r->ring_tokens : C128_WINDOW; }
+
+static c128_status c128__check_ring(const c128_ring *r) {
+  if (!r) return C128_ERROR_NULL_POINTER;
+  const int64_t ring = c128__ring_tokens(r);
+  if (ring <= 0 || ring % C128_WINDOW != 0) return C128_ERROR_INVALID_RING;
+  if (r->state_pages < 0 || (r->page_table && r->num_pool < 0)) return C128_ERROR_NEGATIVE_SIZE;
+  if (r->state_pages > INT32_MAX / C128_WINDOW) return C128_ERROR_STATE_TOO_LARGE; /* write_loc is i32 */
+  if (r->page_table && r->page_table_stride < ring / C128_WINDOW) return C128_ERROR_INVALID_RING;
+  return C128_SUCCESS;
+}
+
+/* page(rid, pos) of SPEC 5, checked against the pool and the state. */
+static c128_status c128__ring_page(const c128_ring *r, int32_t rid, int64_t pos, int32_t *page) {
+  const int64_t ring = c128__ring_tokens(r), k = (pos % ring) / C128_WINDOW;
+  int64_t pg;
+  if (rid < 0 || (r->page_table && rid >= r->num_pool)) return C128_ERROR_POOL_INDEX_OUT_OF_RANGE;
+  if (r->page_table) {
+    pg = r->page_table[rid * r->page_table_stride + k];
+    if (pg < 0 || pg >= r->state_pages) return C128_ERROR_PAGE_OUT_OF_RANGE;
+  } else {
+    pg = (int64_t)rid * (ring / C128_WINDOW) + k;
+    if (pg >= r->state_pages) return C128_ERROR_POOL_INDEX_OUT_OF_RANGE;
+  }
+  *page = (int32_t)pg;
+  return C128_SUCCESS;
+}
+
+/* One pass over the batch: checks everything and counts; with emit set, also writes the plans.
+   Run once without emit first, so that a bad batch leaves the arrays untouched. */
+static c128_status c128__plan_batch(const c128_ring *r, const c128_request *reqs, int64_t n, int32_t verify,
+                                    c128_prefill_plans *out, int emit) {
+  const int64_t ring = c128__ring_tokens(r);
+  const int64_t pad = r->speculative ? ring - C128_WINDOW + 2 : 0;
+  const int64_t max_drafts = r->speculative ? ring - C128_WINDOW + 2 : 1;
+  int64_t rows = 0, nc = 0, nw = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const c128_request q = reqs[i];
+    if (q.seq_len < 0 || q.extend_len < 0) return C128_ERROR_NEGATIVE_SIZE;
+    if (q.extend_len == 0) return C128_ERROR_EMPTY_EXTEND;
+    if (q.extend_len > q.seq_len) return C128_ERROR_EXTEND_EXCEEDS_SEQ;
+    if (verify && q.extend_len > max_drafts) return C128_ERROR_TOO_MANY_DRAFTS;
+    if (rows + q.extend_len > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS;
+    const int64_t prefix = (int64_t)q.seq_len - q.extend_len;
+    const int64_t boundary = (int64_t)q.seq_len / C128_WINDOW * C128_WINDOW;
+    const int64_t first_write = boundary < q.seq_len - pad ? boundary : q.seq_len - pad; /* signed */
+    for (int64_t j = 0; j < q.extend_len; ++j) {
+      const int64_t pos = prefix + j, rag = rows + j;
+      int32_t page0, page1;
+      c128_status st;
+      if ((pos + 1) % C128_WINDOW == 0) {
+        if ((st = c128__ring_page(r, q.pool_index, pos, &page1)) != C128_SUCCESS ||
+            (st = c128__ring_page(r, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &page0)) !=
+                C128_SUCCESS)
+          return st;
+        if (emit) {
+          c128_compress_plan *c = &out->compress[nc];
+          c->seq_len = (uint32_t)(pos + 1);
+          c->ragged_id = (uint16_t)rag;
+          c->buffer_len = (uint16_t)(j < C128__LAST_ROW ? C128__LAST_ROW - j : 0);
+          c->read_page_0 = page0;
+          c->read_page_1 = page1;
+        }
+        ++nc;
+      }
+      if (pos >= first_write) {
+        if ((st = c128__ring_page(r, q.pool_index, pos, &page1)) != C128_SUCCESS) return st;
+        if (emit) {
+          out->write[nw].ragged_id = (uint32_t)rag;
+          out->write[nw].write_loc = (int32_t)(page1 * C128_WINDOW + pos % C128_WINDOW);
+        }
+        ++nw;
+      }
+    }
+    rows += q.extend_len;
+  }
+  out->num_compress = nc;
+  out->num_write = nw;
+  return C128_SUCCESS;
+}
+
+C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request *requests, int64_t num_requests,
+                                       int32_t verify, c128_prefill_plans *plans) {
+  c128_status st = c128__check_ring(ring);
+  if (st != C128_SUCCESS) return st;
+  if (!plans || (num_requests > 0 && !requests)) return C128_ERROR_NULL_POINTER;
+  if (num_requests < 0 || plans->capacity < 0) return C128_ERROR_NEGATIVE_SIZE;
+  c128_prefill_plans count = *plans;
+  if ((st = c128__plan_batch(ring, requests, num_requests, verify, &count, 0)) != C128_SUCCESS) return st;
+  if (count.num_compress > plans->capacity || count.num_write > plans->capacity) return C128_ERROR_CAPACITY_TOO_SMALL;
+  if (plans->capacity > 0 && (!plans->compress || !plans->write)) return C128_ERROR_NULL_POINTER;
+  c128__plan_batch(ring, requests, num_requests, verify, plans, 1);
+  if (plans->pad_to_capacity) {
+    const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
+    const c128_write_plan no_write = C128_INVALID_WRITE_PLAN;
+    for (int64_t k = plans->num_compress; k < plans->capacity; ++k) plans->compress[k] = no_compress;
+    for (int64_t k = plans->num_write; k < plans->capacity; ++k) plans->write[k] = no_write;
+  }
+  return C128_SUCCESS;
+}
+
+C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request *requests, int64_t batch,
+                                      c128_decode_plan *plans) {
+  c128_status st = c128__check_ring(ring);
+  if (st != C128_SUCCESS) return st;
+  if (batch < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (batch > 0 && (!requests || !plans)) return C128_ERROR_NULL_POINTER;
+  for (int emit = 0; emit < 2; ++emit) { /* check the whole batch before writing any plan */
+    for (int64_t b = 0; b < batch; ++b) {
+      const c128_request q = requests[b];
+      c128_decode_plan d = {0, -1, -1, -1};
+      if (q.seq_len < 0) return C128_ERROR_NEGATIVE_SIZE;
+      if (q.seq_len > 0) {
+        const int64_t pos = (int64_t)q.seq_len - 1;
+        int32_t page0, page1;
+        if ((st = c128__ring_page(ring, q.pool_index, pos, &page1)) != C128_SUCCESS ||
+            (st = c128__ring_page(ring, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &page0)) !=
+                C128_SUCCESS)
+          return st;
+        d.seq_len = (uint32_t)q.seq_len;
+        d.write_loc = (int32_t)(page1 * C128_WINDOW + pos % C128_WINDOW);
+        d.read_page_0 = page0;
+        d.read_page_1 = page1;
+      }
+      if (emit) plans[b] = d;
+    }
+  }
+  return C128_SUCCESS;
+}
+
+#endif /* C128_IMPLEMENTATION */
+
+/*
+------------------------------------------------------------------------------
+MIT License
+
+Copyright (c) 2026 the c128 authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software
+and associated documentation files (the "Software"), to deal in the Software without
+restriction, including without limitation the rights to use, copy, modify, merge, publish,
+distribute, sublicense, and/or sell copies of the Software, and to permit persons to whom the
+Software is furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all copies or
+substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING
+BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND
+NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM,
+DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+------------------------------------------------------------------------------
+*/
