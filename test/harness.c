@@ -1,0 +1,235 @@
+#include "harness.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+rng rng_fresh(void) {
+  static uint64_t counter;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  rng r;
+  r.seed = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (++counter * 0x9E3779B97F4A7C15ull);
+  r.state = r.seed;
+  return r;
+}
+
+uint64_t rng_u64(rng *r) { /* splitmix64 */
+  uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double rng_uniform(rng *r) { return (double)(rng_u64(r) >> 11) * 0x1.0p-53; }
+
+float rng_randn(rng *r) {
+  double u = rng_uniform(r);
+  while (u <= 0.0) u = rng_uniform(r);
+  float v = (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * rng_uniform(r)));
+  return v != 0.0f ? v : 0.5f; /* never a zero */
+}
+
+size_t dtype_size(c128_dtype dtype) { return dtype == C128_BF16 ? 2 : 4; }
+
+float elem_get(const void *base, size_t i, c128_dtype dtype) {
+  if (dtype == C128_BF16) return c128_bf16_to_float(((const uint16_t *)base)[i]);
+  return ((const float *)base)[i];
+}
+
+void elem_set(void *base, size_t i, c128_dtype dtype, float value) {
+  if (dtype == C128_BF16) ((uint16_t *)base)[i] = c128_bf16_from_float(value);
+  else ((float *)base)[i] = value;
+}
+
+void *rows_alloc(size_t rows, int head_dim, c128_dtype dtype) {
+  void *p = malloc(rows * 2 * (size_t)head_dim * dtype_size(dtype) + 16);
+  cr_assert_not_null(p);
+  return p;
+}
+
+void rows_fill(void *base, size_t rows, int head_dim, c128_dtype dtype, rng *r, float score_scale) {
+  for (size_t row = 0; row < rows; ++row)
+    for (int c = 0; c < 2 * head_dim; ++c)
+      elem_set(base, row * 2 * (size_t)head_dim + (size_t)c, dtype,
+               c < head_dim ? rng_randn(r) : score_scale * rng_randn(r));
+}
+
+float *ape_make(int head_dim, rng *r) {
+  float *ape = malloc(REF_APE_ROWS * (size_t)head_dim * sizeof(float));
+  cr_assert_not_null(ape);
+  for (size_t i = 0; i < REF_APE_ROWS * (size_t)head_dim; ++i) ape[i] = 0.5f * rng_randn(r);
+  return ape;
+}
+
+void poison(void *base, size_t bytes) { memset(base, 0xFF, bytes); }
+
+void *dup(const void *src, size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  cr_assert_not_null(p);
+  memcpy(p, src, bytes);
+  return p;
+}
+
+void row_widen(const void *base, size_t row, int head_dim, c128_dtype dtype, float *dst) {
+  for (int c = 0; c < 2 * head_dim; ++c) dst[c] = elem_get(base, row * 2 * (size_t)head_dim + (size_t)c, dtype);
+}
+
+void row_to_state(const void *input, size_t in_row, c128_dtype in_dtype, void *dst, c128_dtype buf_dtype,
+                  int head_dim) {
+  const size_t n = 2 * (size_t)head_dim;
+  if (in_dtype == buf_dtype) {
+    memcpy(dst, (const char *)input + in_row * n * dtype_size(in_dtype), n * dtype_size(in_dtype));
+    return;
+  }
+  for (size_t c = 0; c < n; ++c) elem_set(dst, c, buf_dtype, elem_get(input, in_row * n + c, in_dtype));
+}
+
+int gpu_present(void) {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+void require_backend(backend be) {
+  if (be == BACKEND_GPU && !gpu_present()) cr_skip_test("no CUDA device present: GPU test skipped");
+}
+
+#define CUDA_OK(call)                                                                              \
+  do {                                                                                             \
+    cudaError_t err_ = (call);                                                                     \
+    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_));                    \
+  } while (0)
+
+static void *to_device(const void *host, size_t bytes) {
+  void *d = NULL;
+  if (!host) return NULL;
+  CUDA_OK(cudaMalloc(&d, bytes ? bytes : 16));
+  CUDA_OK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+
+static size_t state_bytes(const c128_instance_info *f, int64_t pages) {
+  return (size_t)pages * (size_t)f->page_elems * dtype_size(f->state_dtype);
+}
+static size_t row_bytes(const c128_instance_info *f, c128_dtype dtype) {
+  return (size_t)f->row_elems * dtype_size(dtype);
+}
+static size_t out_bytes(const c128_instance_info *f, int64_t rows) {
+  return (size_t)rows * (size_t)f->head_dim * dtype_size(f->output_dtype);
+}
+
+static c128_host_options cpu_options(int reverse, char *msg, size_t size) {
+  c128_host_options o = {0};
+  o.check_races = 1;
+  o.reverse_blocks = reverse;
+  o.message = msg;
+  o.message_size = size;
+  msg[0] = 0;
+  return o;
+}
+
+c128_status run_decode(const instance_entry *e, backend be, const c128_decode_args *h, int reverse) {
+  const c128_instance_info *f = &e->info;
+  if (be == BACKEND_CPU) {
+    char msg[256];
+    const c128_host_options o = cpu_options(reverse, msg, sizeof msg);
+    const c128_status st = e->decode_host(h, &o);
+    cr_expect_neq(st, C128_ERROR_RACE_DETECTED, "%s", msg);
+    return st;
+  }
+  c128_decode_args d = *h;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  d.state = to_device(h->state, state_bytes(f, h->state_pages));
+  d.input = to_device(h->input, (size_t)h->batch * row_bytes(f, f->input_dtype));
+  d.ape = to_device(h->ape, REF_APE_ROWS * (size_t)f->head_dim * sizeof(float));
+  d.output = to_device(h->output, out_bytes(f, h->output_rows));
+  d.plans = to_device(h->plans, (size_t)h->batch * sizeof(c128_decode_plan));
+  const c128_status st = e->decode(&d, stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaMemcpy(h->state, d.state, state_bytes(f, h->state_pages), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(h->output, d.output, out_bytes(f, h->output_rows), cudaMemcpyDeviceToHost));
+  cudaFree(d.state);
+  cudaFree((void *)d.input);
+  cudaFree((void *)d.ape);
+  cudaFree(d.output);
+  cudaFree((void *)d.plans);
+  CUDA_OK(cudaStreamDestroy(stream));
+  return st;
+}
+
+c128_status run_prefill(const instance_entry *e, backend be, const c128_prefill_args *h, int reverse) {
+  const c128_instance_info *f = &e->info;
+  if (be == BACKEND_CPU) {
+    char msg[256];
+    const c128_host_options o = cpu_options(reverse, msg, sizeof msg);
+    const c128_status st = e->prefill_host(h, &o);
+    cr_expect_neq(st, C128_ERROR_RACE_DETECTED, "%s", msg);
+    return st;
+  }
+  c128_prefill_args d = *h;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  d.state = to_device(h->state, state_bytes(f, h->state_pages));
+  d.input = to_device(h->input, (size_t)h->input_rows * row_bytes(f, f->input_dtype));
+  d.ape = to_device(h->ape, REF_APE_ROWS * (size_t)f->head_dim * sizeof(float));
+  d.output = to_device(h->output, out_bytes(f, h->output_rows));
+  d.compress_plans = to_device(h->compress_plans, (size_t)h->num_compress * sizeof(c128_compress_plan));
+  d.write_plans = to_device(h->write_plans, (size_t)h->num_write * sizeof(c128_write_plan));
+  const c128_status st = e->prefill(&d, stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaMemcpy(h->state, d.state, state_bytes(f, h->state_pages), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(h->output, d.output, out_bytes(f, h->output_rows), cudaMemcpyDeviceToHost));
+  cudaFree(d.state);
+  cudaFree((void *)d.input);
+  cudaFree((void *)d.ape);
+  cudaFree(d.output);
+  cudaFree((void *)d.compress_plans);
+  cudaFree((void *)d.write_plans);
+  CUDA_OK(cudaStreamDestroy(stream));
+  return st;
+}
+
+static double bf16_ulp(double x) {
+  const double a = fabs(x);
+  if (a < 0x1.0p-126) return 0x1.0p-133;
+  return ldexp(1.0, ilogb(a) - 7);
+}
+
+void check_output_row(const void *out, size_t row, c128_dtype out_dtype, const double *ref, int head_dim,
+                      const char *what, uint64_t seed) {
+  double err2 = 0.0, ref2 = 0.0, max_abs = 0.0;
+  for (int c = 0; c < head_dim; ++c) {
+    const double got = elem_get(out, row * (size_t)head_dim + (size_t)c, out_dtype);
+    if (isnan(ref[c]) || isnan(got)) {
+      cr_assert(isnan(ref[c]) && isnan(got), "%s channel %d: got %g, oracle %g (seed %llu)", what, c, got,
+                ref[c], (unsigned long long)seed);
+      continue;
+    }
+    const double d = fabs(got - ref[c]);
+    if (out_dtype == C128_BF16) {
+      const double bound = 0.5 * bf16_ulp(ref[c]) + 1e-5 * fabs(ref[c]) + 1e-5;
+      cr_assert(d <= bound, "%s channel %d: got %.9g, oracle %.9g, |diff| %.3g > %.3g (seed %llu)", what, c,
+                got, ref[c], d, bound, (unsigned long long)seed);
+    }
+    err2 += d * d;
+    ref2 += ref[c] * ref[c];
+    if (d > max_abs) max_abs = d;
+  }
+  if (out_dtype == C128_F32) {
+    const double rel = ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2);
+    cr_assert(rel <= 1e-5 && max_abs <= 1e-4, "%s: relative L2 %.3g (<= 1e-5), max abs %.3g (<= 1e-4) (seed %llu)",
+              what, rel, max_abs, (unsigned long long)seed);
+  }
+}
+
+void check_rows_equal(const void *got, const void *want, size_t rows, size_t row_bytes_, const char *what,
+                      uint64_t seed) {
+  for (size_t r = 0; r < rows; ++r)
+    cr_assert(memcmp((const char *)got + r * row_bytes_, (const char *)want + r * row_bytes_, row_bytes_) == 0,
+              "%s row %zu differs from what was expected (seed %llu)", what, r, (unsigned long long)seed);
+}

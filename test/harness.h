@@ -1,0 +1,68 @@
+/* Test harness: random tensors in either dtype, a CPU or GPU backend over host buffers, and the
+   checks of SPEC 8. Every case draws fresh random data; the seed is printed on failure. */
+#ifndef C128_TEST_HARNESS_H
+#define C128_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../c128.cuh"
+#include "reference.h"
+
+typedef struct rng {
+  uint64_t state;
+  uint64_t seed;
+} rng;
+
+rng rng_fresh(void); /* seeded from the clock and a counter */
+uint64_t rng_u64(rng *r);
+double rng_uniform(rng *r); /* [0, 1) */
+float rng_randn(rng *r);
+
+size_t dtype_size(c128_dtype dtype);
+float elem_get(const void *base, size_t i, c128_dtype dtype);
+void elem_set(void *base, size_t i, c128_dtype dtype, float value); /* rounds to nearest even */
+
+/* Rows of kv | score: kv ~ N(0, 1), score ~ N(0, score_scale^2); never zeros. */
+void *rows_alloc(size_t rows, int head_dim, c128_dtype dtype);
+void rows_fill(void *base, size_t rows, int head_dim, c128_dtype dtype, rng *r, float score_scale);
+float *ape_make(int head_dim, rng *r);
+void poison(void *base, size_t bytes); /* NaN in f32 and bf16 */
+void *dup(const void *src, size_t bytes);
+/* Row `row` of a kv|score tensor widened to f32 (2 * head_dim floats). */
+void row_widen(const void *base, size_t row, int head_dim, c128_dtype dtype, float *dst);
+/* An input row as the state stores it: converted to the state dtype (bits kept when equal). */
+void row_to_state(const void *input, size_t in_row, c128_dtype in_dtype, void *dst, c128_dtype buf_dtype,
+                  int head_dim);
+
+/* Typed entry points of one instance, taken from the table by the test files. */
+typedef struct instance_entry {
+  c128_instance_info info;
+  c128_status (*decode)(const c128_decode_args *, cudaStream_t);
+  c128_status (*prefill)(const c128_prefill_args *, cudaStream_t);
+  c128_status (*decode_host)(const c128_decode_args *, const c128_host_options *);
+  c128_status (*prefill_host)(const c128_prefill_args *, const c128_host_options *);
+} instance_entry;
+#define INSTANCE_ENTRY(name, D, bt, it, ot, bd, id, od)                                            \
+  {{#name, D, bd, id, od, C128_NUM_SPLIT(D), C128_ROW_ELEMS(D), C128_PAGE_ELEMS(D)},               \
+   c128_decode_##name, c128_prefill_##name, c128_decode_host_##name, c128_prefill_host_##name}
+
+typedef enum backend { BACKEND_CPU, BACKEND_GPU } backend;
+
+int gpu_present(void);
+/* Skips the running test when the backend is the GPU and none is present. */
+void require_backend(backend be);
+
+/* Run on the backend over host buffers. The CPU backend checks for races (blocks reversed when
+   `reverse`); the GPU backend copies in, runs on a stream, copies state and output back. */
+c128_status run_decode(const instance_entry *e, backend be, const c128_decode_args *host_args, int reverse);
+c128_status run_prefill(const instance_entry *e, backend be, const c128_prefill_args *host_args, int reverse);
+
+/* SPEC 8 tolerance of one output row against the oracle. */
+void check_output_row(const void *out, size_t row, c128_dtype out_dtype, const double *ref, int head_dim,
+                      const char *what, uint64_t seed);
+/* Row-by-row bit comparison; `what` names the tensor in the failure message. */
+void check_rows_equal(const void *got, const void *want, size_t rows, size_t row_bytes, const char *what,
+                      uint64_t seed);
+
+#endif
