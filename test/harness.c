@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include "harness.h"
 
 #include <criterion/criterion.h>
@@ -66,7 +67,7 @@ float *ape_make(int head_dim, rng *r) {
 
 void poison(void *base, size_t bytes) { memset(base, 0xFF, bytes); }
 
-void *dup(const void *src, size_t bytes) {
+void *clone_bytes(const void *src, size_t bytes) {
   void *p = malloc(bytes ? bytes : 1);
   cr_assert_not_null(p);
   memcpy(p, src, bytes);

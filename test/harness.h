@@ -28,7 +28,7 @@ void *rows_alloc(size_t rows, int head_dim, c128_dtype dtype);
 void rows_fill(void *base, size_t rows, int head_dim, c128_dtype dtype, rng *r, float score_scale);
 float *ape_make(int head_dim, rng *r);
 void poison(void *base, size_t bytes); /* NaN in f32 and bf16 */
-void *dup(const void *src, size_t bytes);
+void *clone_bytes(const void *src, size_t bytes);
 /* Row `row` of a kv|score tensor widened to f32 (2 * head_dim floats). */
 void row_widen(const void *base, size_t row, int head_dim, c128_dtype dtype, float *dst);
 /* An input row as the state stores it: converted to the state dtype (bits kept when equal). */

@@ -56,7 +56,7 @@ static void decode_case(const instance_entry *e, backend be, float score_scale, 
   static const c128_decode_plan plans[DECODE_BATCH] = {
       {256, 3 * 128 + 127, 2, 3}, {169, 1 * 128 + 40, 0, 1}, {128, 127, 0, 0},
       {0, -1, -1, -1},           {129, 5 * 128, 5, 5},      {384, 4 * 128 + 127, 4, 4}};
-  void *state0 = dup(state, state_rows * z.state_row), *out0 = dup(out, DECODE_BATCH * z.out_row);
+  void *state0 = clone_bytes(state, state_rows * z.state_row), *out0 = clone_bytes(out, DECODE_BATCH * z.out_row);
 
   c128_decode_args a = {0};
   a.head_dim = D;
@@ -74,7 +74,7 @@ static void decode_case(const instance_entry *e, backend be, float score_scale, 
   const c128_status st = run_decode(e, be, &a, reverse);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
 
-  void *want = dup(state0, state_rows * z.state_row);
+  void *want = clone_bytes(state0, state_rows * z.state_row);
   for (int b = 0; b < DECODE_BATCH; ++b)
     if (plans[b].seq_len != 0 && plans[b].write_loc >= 0)
       row_to_state(input, (size_t)b, f->input_dtype, (char *)want + (size_t)plans[b].write_loc * z.state_row,
@@ -93,8 +93,8 @@ static void decode_case(const instance_entry *e, backend be, float score_scale, 
     }
   }
   if (be == BACKEND_GPU) { /* the host runner must give the same bits */
-    a.state = dup(state0, state_rows * z.state_row);
-    a.output = dup(out0, DECODE_BATCH * z.out_row);
+    a.state = clone_bytes(state0, state_rows * z.state_row);
+    a.output = clone_bytes(out0, DECODE_BATCH * z.out_row);
     cr_assert_eq(run_decode(e, BACKEND_CPU, &a, 0), C128_SUCCESS);
     check_rows_equal(state, a.state, state_rows, z.state_row, "GPU vs CPU state", r.seed);
     check_rows_equal(out, a.output, DECODE_BATCH, z.out_row, "GPU vs CPU output", r.seed);
@@ -158,7 +158,7 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
 
   void *out = malloc(NUM_COMPRESS * z.out_row);
   poison(out, NUM_COMPRESS * z.out_row);
-  void *state0 = dup(state, state_rows * z.state_row), *out0 = dup(out, NUM_COMPRESS * z.out_row);
+  void *state0 = clone_bytes(state, state_rows * z.state_row), *out0 = clone_bytes(out, NUM_COMPRESS * z.out_row);
 
   c128_prefill_args a = {0};
   a.head_dim = D;
@@ -179,7 +179,7 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
   const c128_status st = run_prefill(e, be, &a, reverse);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
 
-  void *want = dup(state0, state_rows * z.state_row);
+  void *want = clone_bytes(state0, state_rows * z.state_row);
   for (int i = 0; i < TAIL + 3; ++i)
     row_to_state(input, wp[i].ragged_id, f->input_dtype, (char *)want + (size_t)wp[i].write_loc * z.state_row,
                  f->state_dtype, D);
@@ -196,8 +196,8 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
   check_rows_equal((char *)out + NUM_EVENTS * z.out_row, (char *)out0 + NUM_EVENTS * z.out_row,
                    NUM_COMPRESS - NUM_EVENTS, z.out_row, "output of a skipped plan", r.seed);
   if (be == BACKEND_GPU) {
-    a.state = dup(state0, state_rows * z.state_row);
-    a.output = dup(out0, NUM_COMPRESS * z.out_row);
+    a.state = clone_bytes(state0, state_rows * z.state_row);
+    a.output = clone_bytes(out0, NUM_COMPRESS * z.out_row);
     cr_assert_eq(run_prefill(e, BACKEND_CPU, &a, 0), C128_SUCCESS);
     check_rows_equal(state, a.state, state_rows, z.state_row, "GPU vs CPU state", r.seed);
     check_rows_equal(out, a.output, NUM_COMPRESS, z.out_row, "GPU vs CPU output", r.seed);
