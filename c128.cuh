@@ -323,6 +323,26 @@ C128_INSTANCES(C128__DECLARE_TYPED)
 C128_API uint16_t c128_bf16_from_float(float value);
 C128_API float c128_bf16_to_float(uint16_t bits);
 
+/* >>checker API ----------------------------------------------------------------------------- */
+typedef enum c128_plan_kind { C128_PLAN_DECODE = 0, C128_PLAN_COMPRESS = 1, C128_PLAN_WRITE = 2 } c128_plan_kind;
+
+typedef struct c128_plan_report {
+  int64_t index;       /* out: the first offending plan, -1 when every plan is fine */
+  c128_plan_kind kind; /* out: which array it is in */
+  char *message;       /* optional buffer for what is wrong */
+  size_t message_size;
+} c128_plan_report;
+
+/* Checks plans held in HOST memory against the sizes in args (tensor pointers are not used and
+   may be NULL). Returns C128_SUCCESS, or C128_ERROR_INVALID_PLAN with the first offending plan
+   in *report, or the status of a bad argument. It reports every condition that makes a kernel
+   skip a plan (padding rows and sentinels excepted), and also: a boundary decode whose write
+   slot is not row 127 of its read page, a compress plan whose seq_len is not a multiple of 128,
+   and two plans of one batch that write the same slot. Uses 16 bytes of host scratch per plan
+   (C128_ERROR_OUT_OF_MEMORY if it cannot have them). */
+C128_API c128_status c128_check_decode_plans(const c128_decode_args *args, c128_plan_report *report);
+C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *args, c128_plan_report *report);
+
 /* >>planner API ----------------------------------------------------------------------------- */
 /* Where a request's tokens live (SPEC 5). Zero-initialised = legacy layout (R = 128, page = pool
    index), which still needs state_pages. */
@@ -371,6 +391,7 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
 #error "c128.cuh: the implementation (C128_IMPLEMENTATION or C128_STATIC) must be compiled by nvcc"
 #endif
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -639,31 +660,50 @@ C128__FN void c128__read_plan(const void *src, void *dst, int bytes) {
 #endif
 }
 
-/* Decode block -> job; 0 when the block has nothing to do (padding or a plan that fails a
-   bounds check). The answer is the same for every thread of the block. */
+/* Why a plan does not run. The kernels skip a plan for any reason but RUN; the host plan
+   checker reports the first plan whose reason is neither RUN nor PADDING, with this text. */
+#define C128__PLAN_REASONS(X)                                                                     \
+  X(C128__RUN, "runs")                                                                            \
+  X(C128__PADDING, "padding row or invalid sentinel")                                             \
+  X(C128__BAD_WRITE_PAGE, "write slot outside the state (negative write_loc or page out of range)") \
+  X(C128__BAD_READ_PAGE, "read_page_1 outside the state")                                         \
+  X(C128__BAD_INPUT_ROW, "input row outside [0, input_rows)")                                     \
+  X(C128__BAD_WINDOW_START, "window's first input row lies before input row 0")                   \
+  X(C128__BAD_OUTPUT_ROW, "output row at or beyond output_rows")                                  \
+  X(C128__BAD_BUFFER_LEN, "buffer_len > 127")
+enum c128__plan_reason {
+#define C128__REASON_ENUM(name, text) name,
+  C128__PLAN_REASONS(C128__REASON_ENUM)
+#undef C128__REASON_ENUM
+};
+
+/* Decode block -> job, or why the block has nothing to do. The answer is the same for every
+   thread of the block. */
 C128__FN int c128__decode_prepare(const c128__params *p, c128__trait t, int64_t block, c128__decode_job *job) {
   const int num_split = C128_NUM_SPLIT(t.head_dim);
   const int64_t b = block / num_split;
   c128_decode_plan plan;
   c128__read_plan((const c128_decode_plan *)p->plans + b, &plan, sizeof plan);
-  if (plan.seq_len == 0 || plan.write_loc < 0 || b >= p->input_rows) return 0;
+  if (plan.seq_len == 0 || plan.write_loc < 0) return C128__PADDING;
+  if (b >= p->input_rows) return C128__BAD_INPUT_ROW;
   const int64_t write_page = plan.write_loc / C128_WINDOW;
   const int64_t write_phys = c128__physical_page(p, write_page);
-  if (write_phys < 0) return 0;
+  if (write_phys < 0) return C128__BAD_WRITE_PAGE;
   job->input_row = b;
   job->write_row = write_phys * C128_WINDOW + plan.write_loc % C128_WINDOW;
   job->write = c128__owned(p, write_page);
   job->boundary = plan.write_loc % C128_WINDOW == C128__LAST_ROW;
   job->win.split = (int32_t)(block % num_split);
-  if (!job->boundary) return 1;
+  if (!job->boundary) return C128__RUN;
   /* Rows 0..126 from the read page, row 127 straight from the input (SPEC 6.2). */
   const int64_t read_phys = c128__physical_page(p, plan.read_page_1);
-  if (read_phys < 0 || b >= p->output_rows) return 0;
+  if (read_phys < 0) return C128__BAD_READ_PAGE;
+  if (b >= p->output_rows) return C128__BAD_OUTPUT_ROW;
   job->win.state_row0 = read_phys * C128_WINDOW;
   job->win.input_row0 = b - C128__LAST_ROW;
   job->win.buffer_len = C128__LAST_ROW;
   job->win.out_row = b;
-  return 1;
+  return C128__RUN;
 }
 
 C128__FN int c128__compress_prepare(const c128__params *p, c128__trait t, int64_t block, c128__window *w) {
@@ -671,18 +711,34 @@ C128__FN int c128__compress_prepare(const c128__params *p, c128__trait t, int64_
   const int64_t k = block / num_split;
   c128_compress_plan plan;
   c128__read_plan((const c128_compress_plan *)p->plans + k, &plan, sizeof plan);
-  if (plan.seq_len == C128_INVALID_ID || plan.buffer_len > C128__LAST_ROW || k >= p->output_rows)
-    return 0;
-  const int64_t first_input = (int64_t)plan.ragged_id - C128__LAST_ROW + plan.buffer_len;
-  if (plan.ragged_id >= p->input_rows || first_input < 0) return 0;
+  if (plan.seq_len == C128_INVALID_ID) return C128__PADDING;
+  if (plan.buffer_len > C128__LAST_ROW) return C128__BAD_BUFFER_LEN;
+  if (k >= p->output_rows) return C128__BAD_OUTPUT_ROW;
+  if (plan.ragged_id >= p->input_rows) return C128__BAD_INPUT_ROW;
+  if ((int64_t)plan.ragged_id - C128__LAST_ROW + plan.buffer_len < 0) return C128__BAD_WINDOW_START;
   int64_t read_phys = 0;
-  if (plan.buffer_len > 0 && (read_phys = c128__physical_page(p, plan.read_page_1)) < 0) return 0;
+  if (plan.buffer_len > 0 && (read_phys = c128__physical_page(p, plan.read_page_1)) < 0) return C128__BAD_READ_PAGE;
   w->state_row0 = read_phys * C128_WINDOW;
   w->input_row0 = (int64_t)plan.ragged_id - C128__LAST_ROW;
   w->buffer_len = plan.buffer_len;
   w->out_row = k;
   w->split = (int32_t)(block % num_split);
-  return 1;
+  return C128__RUN;
+}
+
+/* Write plan -> (input row, physical state row), or why it does not run. A slot another rank
+   owns runs as a no-op: dst_row = -1. */
+C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int64_t *src_row, int64_t *dst_row) {
+  c128_write_plan plan;
+  c128__read_plan((const c128_write_plan *)p->plans + index, &plan, sizeof plan);
+  if (plan.ragged_id == C128_INVALID_ID) return C128__PADDING;
+  if (plan.ragged_id >= p->input_rows) return C128__BAD_INPUT_ROW;
+  const int64_t page = plan.write_loc < 0 ? -1 : plan.write_loc / C128_WINDOW;
+  const int64_t phys = c128__physical_page(p, page);
+  if (phys < 0) return C128__BAD_WRITE_PAGE;
+  *src_row = plan.ragged_id;
+  *dst_row = c128__owned(p, page) ? phys * C128_WINDOW + plan.write_loc % C128_WINDOW : -1;
+  return C128__RUN;
 }
 
 /* >>device: the compress routine (SPEC 6.1) ---------------------------------------------- */
@@ -850,18 +906,12 @@ C128__FN void c128__decode_phase1(const c128__params *p, c128__trait t, const c1
 /* Write kernel, one warp task = one 128-element chunk of one write plan's row. */
 C128__FN void c128__write_task(const c128__params *p, c128__trait t, int64_t task, int lane) {
   const int num_split = C128_NUM_SPLIT(t.head_dim);
-  c128_write_plan plan;
-  c128__read_plan((const c128_write_plan *)p->plans + task / num_split, &plan, sizeof plan);
-  if (plan.ragged_id == C128_INVALID_ID || plan.ragged_id >= p->input_rows || plan.write_loc < 0) return;
-  const int64_t page = plan.write_loc / C128_WINDOW;
-  const int64_t phys = c128__physical_page(p, page);
-  if (phys < 0 || !c128__owned(p, page)) return;
+  int64_t src_row, dst_row;
+  if (c128__write_prepare(p, task / num_split, &src_row, &dst_row) != C128__RUN || dst_row < 0) return;
   const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
-  const int64_t dst = (phys * C128_WINDOW + plan.write_loc % C128_WINDOW) * row_elems;
-  const int64_t src = (int64_t)plan.ragged_id * row_elems;
   const int64_t e = (task % num_split) * (C128_WARP_THREADS * 2 * C128_TILE_ELEMS) + C128_TILE_ELEMS * lane;
-  c128__copy2(p, t, src + e, dst + e);
-  c128__copy2(p, t, src + e + C128_TILE_DIM, dst + e + C128_TILE_DIM);
+  c128__copy2(p, t, src_row * row_elems + e, dst_row * row_elems + e);
+  c128__copy2(p, t, src_row * row_elems + e + C128_TILE_DIM, dst_row * row_elems + e + C128_TILE_DIM);
 }
 
 /* >>kernels ------------------------------------------------------------------------------- */
@@ -882,7 +932,7 @@ static __device__ __forceinline__ void c128__decode_block(const c128__params *p,
   __shared__ c128__smem sm;
   c128__decode_job job;
   c128__pdl_wait();
-  if (c128__decode_prepare(p, t, blockIdx.x, &job)) {
+  if (c128__decode_prepare(p, t, blockIdx.x, &job) == C128__RUN) {
     c128__decode_phase1(p, t, &job, (int)threadIdx.x, &sm);
     if (job.boundary) { /* block-uniform */
       __syncthreads();
@@ -896,7 +946,7 @@ static __device__ __forceinline__ void c128__compress_block(const c128__params *
   __shared__ c128__smem sm;
   c128__window w;
   c128__pdl_wait();
-  if (c128__compress_prepare(p, t, blockIdx.x, &w)) {
+  if (c128__compress_prepare(p, t, blockIdx.x, &w) == C128__RUN) {
     c128__partials(p, t, &w, (int)threadIdx.x, &sm);
     __syncthreads();
     c128__fold(p, t, &w, (int)threadIdx.x, &sm);
@@ -1040,8 +1090,8 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
           const int64_t task = block * C128_WRITE_WARPS + tid / C128_WARP_THREADS;
           if (checker.phase == 0 && task < tasks) c128__write_task(&p, t, task, tid % C128_WARP_THREADS);
         } else if (checker.phase == 0) {
-          active[tid] = kind == C128__KIND_DECODE ? c128__decode_prepare(&p, t, block, &job[tid])
-                                                  : c128__compress_prepare(&p, t, block, &job[tid].win);
+          active[tid] = (kind == C128__KIND_DECODE ? c128__decode_prepare(&p, t, block, &job[tid])
+                                                   : c128__compress_prepare(&p, t, block, &job[tid].win)) == C128__RUN;
           if (!active[tid]) continue;
           if (kind == C128__KIND_DECODE) c128__decode_phase1(&p, t, &job[tid], tid, &sm);
           else c128__partials(&p, t, &job[tid].win, tid, &sm);
@@ -1298,6 +1348,129 @@ C128_API c128_status c128_prefill_host(const c128_prefill_args *a, const c128_ho
 
 C128_API uint16_t c128_bf16_from_float(float value) { return (uint16_t)c128__bf16_round(value); }
 C128_API float c128_bf16_to_float(uint16_t bits) { return c128__bf16_widen(bits); }
+
+/* >>checker ------------------------------------------------------------------------------- */
+
+static const char *c128__reason_text(int reason) {
+  switch (reason) {
+#define C128__REASON_CASE(name, text)                                                             \
+  case name:                                                                                      \
+    return text;
+    C128__PLAN_REASONS(C128__REASON_CASE)
+#undef C128__REASON_CASE
+  }
+  return "unknown";
+}
+
+static c128_status c128__report(c128_plan_report *r, c128_plan_kind kind, int64_t index, const char *fmt, ...) {
+  static const char *const kinds[] = {"decode", "compress", "write"};
+  r->index = index;
+  r->kind = kind;
+  if (r->message && r->message_size) {
+    const int n = snprintf(r->message, r->message_size, "%s plan %lld: ", kinds[kind], (long long)index);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < r->message_size) vsnprintf(r->message + n, r->message_size - (size_t)n, fmt, ap);
+    va_end(ap);
+  }
+  return C128_ERROR_INVALID_PLAN;
+}
+
+typedef struct c128__slot_use {
+  int64_t slot, index;
+} c128__slot_use;
+
+static int c128__slot_order(const void *a, const void *b) {
+  const c128__slot_use *x = (const c128__slot_use *)a, *y = (const c128__slot_use *)b;
+  if (x->slot != y->slot) return x->slot < y->slot ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Two plans writing one slot: report the later one. */
+static c128_status c128__find_shared_slot(c128__slot_use *uses, int64_t n, c128_plan_kind kind, c128_plan_report *r) {
+  qsort(uses, (size_t)n, sizeof *uses, c128__slot_order);
+  int64_t worst = -1, first = -1, slot = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (uses[i].slot == uses[i - 1].slot && (worst < 0 || uses[i].index < worst))
+      worst = uses[i].index, first = uses[i - 1].index, slot = uses[i].slot;
+  free(uses);
+  if (worst < 0) return C128_SUCCESS;
+  return c128__report(r, kind, worst, "writes state row %lld, as plan %lld does", (long long)slot, (long long)first);
+}
+
+static c128__trait c128__trait_of(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od) {
+  const c128__trait t = {head_dim, (int)sd, (int)id, (int)od};
+  return t;
+}
+
+C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_plan_report *report) {
+  if (!a || !report) return C128_ERROR_NULL_POINTER;
+  report->index = -1;
+  if (a->head_dim <= 0 || a->head_dim % C128_TILE_DIM != 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
+  const c128__trait t = c128__trait_of(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype);
+  c128_status st = c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t,
+                                      a->state_pages, a->layout);
+  if (st != C128_SUCCESS) return st;
+  if (a->batch < 0 || a->output_rows < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (a->batch > 0 && !a->plans) return C128_ERROR_NULL_POINTER;
+  c128__slot_use *uses = (c128__slot_use *)malloc((size_t)(a->batch ? a->batch : 1) * sizeof *uses);
+  if (!uses) return C128_ERROR_OUT_OF_MEMORY;
+  const c128__params p = c128__decode_params(a);
+  int64_t n = 0;
+  for (int64_t b = 0; b < a->batch; ++b) {
+    c128__decode_job job;
+    const int reason = c128__decode_prepare(&p, t, b * C128_NUM_SPLIT(t.head_dim), &job);
+    if (reason == C128__PADDING) continue;
+    const c128_decode_plan plan = a->plans[b];
+    if (reason != C128__RUN) st = c128__report(report, C128_PLAN_DECODE, b, "%s", c128__reason_text(reason));
+    else if (job.boundary && plan.read_page_1 != plan.write_loc / C128_WINDOW)
+      st = c128__report(report, C128_PLAN_DECODE, b, "boundary write slot %d is not row 127 of read page %d",
+                        (int)plan.write_loc, (int)plan.read_page_1);
+    if (st != C128_SUCCESS) {
+      free(uses);
+      return st;
+    }
+    uses[n].slot = plan.write_loc, uses[n].index = b, ++n;
+  }
+  return c128__find_shared_slot(uses, n, C128_PLAN_DECODE, report);
+}
+
+C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *a, c128_plan_report *report) {
+  if (!a || !report) return C128_ERROR_NULL_POINTER;
+  report->index = -1;
+  if (a->head_dim <= 0 || a->head_dim % C128_TILE_DIM != 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
+  const c128__trait t = c128__trait_of(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype);
+  c128_status st = c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t,
+                                      a->state_pages, a->layout);
+  if (st != C128_SUCCESS) return st;
+  if (a->input_rows < 0 || a->output_rows < 0 || a->num_compress < 0 || a->num_write < 0)
+    return C128_ERROR_NEGATIVE_SIZE;
+  if ((a->num_compress && !a->compress_plans) || (a->num_write && !a->write_plans)) return C128_ERROR_NULL_POINTER;
+  const c128__params pc = c128__prefill_params(a, 1), pw = c128__prefill_params(a, 0);
+  for (int64_t k = 0; k < a->num_compress; ++k) {
+    c128__window w;
+    const int reason = c128__compress_prepare(&pc, t, k * C128_NUM_SPLIT(t.head_dim), &w);
+    if (reason != C128__RUN && reason != C128__PADDING)
+      return c128__report(report, C128_PLAN_COMPRESS, k, "%s", c128__reason_text(reason));
+    if (reason == C128__RUN && a->compress_plans[k].seq_len % C128_WINDOW != 0)
+      return c128__report(report, C128_PLAN_COMPRESS, k, "seq_len %u is not a multiple of 128",
+                          a->compress_plans[k].seq_len);
+  }
+  c128__slot_use *uses = (c128__slot_use *)malloc((size_t)(a->num_write ? a->num_write : 1) * sizeof *uses);
+  if (!uses) return C128_ERROR_OUT_OF_MEMORY;
+  int64_t n = 0;
+  for (int64_t k = 0; k < a->num_write; ++k) {
+    int64_t src, dst;
+    const int reason = c128__write_prepare(&pw, k, &src, &dst);
+    if (reason == C128__PADDING) continue;
+    if (reason != C128__RUN) {
+      free(uses);
+      return c128__report(report, C128_PLAN_WRITE, k, "%s", c128__reason_text(reason));
+    }
+    uses[n].slot = a->write_plans[k].write_loc, uses[n].index = k, ++n;
+  }
+  return c128__find_shared_slot(uses, n, C128_PLAN_WRITE, report);
+}
 
 /* >>planner (SPEC 5) ---------------------------------------------------------------------- */
 static int64_t c128__ring_tokens(const c128_ring *r) { return r->ring_tokens ? r->ring_tokens : C128_WINDOW; }

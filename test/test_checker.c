@@ -1,0 +1,127 @@
+/* The host plan checker: each condition is reported with the offending plan's index, kind and
+   a message, and plans from the planner pass. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "harness.h"
+
+enum { D = 256, PAGES = 4, ROWS = 300 };
+
+static c128_prefill_args prefill_sizes(void) {
+  c128_prefill_args a = {0};
+  a.head_dim = D, a.state_pages = PAGES, a.input_rows = ROWS, a.output_rows = 8;
+  return a;
+}
+
+/* A valid batch from the planner: one request of 300 tokens on pool row 1. */
+static void planned(c128_compress_plan *cp, c128_write_plan *wp, int64_t *nc, int64_t *nw) {
+  c128_ring ring = {0};
+  ring.state_pages = PAGES;
+  const c128_request req = {1, 300, 300};
+  c128_prefill_plans plans = {0};
+  plans.compress = cp, plans.write = wp, plans.capacity = ROWS;
+  cr_assert_eq(c128_plan_prefill(&ring, &req, 1, 0, &plans), C128_SUCCESS);
+  *nc = plans.num_compress, *nw = plans.num_write;
+}
+
+static void expect_report(c128_status st, const c128_plan_report *r, c128_plan_kind kind, int64_t index,
+                          const char *text) {
+  cr_assert_eq(st, C128_ERROR_INVALID_PLAN, "%s", c128_status_string(st));
+  cr_assert_eq(r->kind, kind);
+  cr_assert_eq(r->index, index);
+  cr_assert(strstr(r->message, text) != NULL, "message '%s' lacks '%s'", r->message, text);
+}
+
+Test(cpu, checker_accepts_planned_batches) {
+  static c128_compress_plan cp[ROWS];
+  static c128_write_plan wp[ROWS];
+  int64_t nc, nw;
+  planned(cp, wp, &nc, &nw);
+  c128_prefill_args a = prefill_sizes();
+  a.compress_plans = cp, a.num_compress = nc, a.write_plans = wp, a.num_write = nw;
+  char msg[200] = "";
+  c128_plan_report r = {0, 0, msg, sizeof msg};
+  cr_assert_eq(c128_check_prefill_plans(&a, &r), C128_SUCCESS, "%s", msg);
+  cr_assert_eq(r.index, -1);
+}
+
+Test(cpu, checker_reports_each_compress_condition) {
+  static c128_compress_plan cp[ROWS];
+  static c128_write_plan wp[ROWS];
+  int64_t nc, nw;
+  planned(cp, wp, &nc, &nw);
+  struct {
+    int field;
+    uint32_t value;
+    const char *text;
+  } cases[] = {{0, 130, "not a multiple of 128"}, {1, ROWS + 1, "input row"},     {1, 5, "before input row 0"},
+               {2, 128, "buffer_len > 127"},      {3, PAGES, "read_page_1"},   {3, (uint32_t)-3, "read_page_1"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    c128_compress_plan bad[2] = {cp[0], cp[1]};
+    if (cases[i].field == 0) bad[1].seq_len = cases[i].value;
+    if (cases[i].field == 1) bad[1].ragged_id = (uint16_t)cases[i].value, bad[1].buffer_len = 0;
+    if (cases[i].field == 2) bad[1].buffer_len = (uint16_t)cases[i].value;
+    if (cases[i].field == 3) bad[1].buffer_len = 3, bad[1].read_page_1 = (int32_t)cases[i].value;
+    c128_prefill_args a = prefill_sizes();
+    a.compress_plans = bad, a.num_compress = 2;
+    char msg[200] = "";
+    c128_plan_report r = {0, 0, msg, sizeof msg};
+    expect_report(c128_check_prefill_plans(&a, &r), &r, C128_PLAN_COMPRESS, 1, cases[i].text);
+  }
+  c128_prefill_args a = prefill_sizes();
+  a.compress_plans = cp, a.num_compress = 2, a.output_rows = 1;
+  char msg[200] = "";
+  c128_plan_report r = {0, 0, msg, sizeof msg};
+  expect_report(c128_check_prefill_plans(&a, &r), &r, C128_PLAN_COMPRESS, 1, "output row");
+}
+
+Test(cpu, checker_reports_each_write_condition) {
+  static c128_compress_plan cp[ROWS];
+  static c128_write_plan wp[ROWS];
+  int64_t nc, nw;
+  planned(cp, wp, &nc, &nw);
+  cr_assert_geq(nw, 4);
+  const c128_write_plan bad[] = {{ROWS, 3}, {0, -1}, {0, PAGES * 128}, {wp[2].ragged_id + 1, wp[2].write_loc}};
+  const char *text[] = {"input row", "write slot", "write slot", "writes state row"};
+  for (int i = 0; i < 4; ++i) {
+    c128_write_plan w[4] = {wp[0], wp[1], wp[2], wp[3]};
+    w[3] = bad[i];
+    c128_prefill_args a = prefill_sizes();
+    a.write_plans = w, a.num_write = 4;
+    char msg[200] = "";
+    c128_plan_report r = {0, 0, msg, sizeof msg};
+    expect_report(c128_check_prefill_plans(&a, &r), &r, C128_PLAN_WRITE, 3, text[i]);
+  }
+}
+
+Test(cpu, checker_reports_decode_conditions) {
+  const c128_decode_plan good[3] = {{128, 127, 0, 0}, {0, -1, -1, -1}, {300, 2 * 128 + 43, 1, 2}};
+  const c128_decode_plan bad[] = {{256, 3 * 128 + 127, 3, 2}, {256, 127, 0, 0}, {5, PAGES * 128 + 4, 0, 0},
+                                  {256, 2 * 128 + 127, 2, PAGES + 2}};
+  const char *text[] = {"not row 127 of read page", "writes state row", "write slot", "read_page_1"};
+  c128_decode_args a = {0};
+  a.head_dim = D, a.state_pages = PAGES, a.output_rows = 4, a.batch = 4;
+  for (int i = 0; i < 4; ++i) {
+    c128_decode_plan p[4] = {good[0], good[1], good[2], bad[i]};
+    a.plans = p;
+    char msg[200] = "";
+    c128_plan_report r = {0, 0, msg, sizeof msg};
+    expect_report(c128_check_decode_plans(&a, &r), &r, C128_PLAN_DECODE, 3, text[i]);
+  }
+  c128_decode_plan p[3] = {good[0], good[1], good[2]};
+  a.plans = p, a.batch = 3;
+  char msg[200] = "";
+  c128_plan_report r = {0, 0, msg, sizeof msg};
+  cr_assert_eq(c128_check_decode_plans(&a, &r), C128_SUCCESS);
+  a.output_rows = 0; /* boundary plan 0 would write output row 0 */
+  expect_report(c128_check_decode_plans(&a, &r), &r, C128_PLAN_DECODE, 0, "output row");
+}
+
+Test(cpu, error_invalid_plan) {
+  const c128_write_plan w[2] = {{0, 7}, {1, 7}};
+  c128_prefill_args a = prefill_sizes();
+  a.write_plans = w, a.num_write = 2;
+  c128_plan_report r = {0};
+  cr_assert_eq(c128_check_prefill_plans(&a, &r), C128_ERROR_INVALID_PLAN);
+  cr_assert_eq(r.index, 1);
+}
