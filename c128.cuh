@@ -380,6 +380,34 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
 C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request *requests,
                                       int64_t batch, c128_decode_plan *plans);
 
+/* The same planners on the device, from device arrays, for CUDA graphs: plans are padded to
+   `capacity` with sentinels, and the batch's status and counts are written to device memory, so
+   a captured step needs no host round trip. Byte-identical to the host planners with
+   pad_to_capacity; deterministic (closed-form counts per request, one prefix sum, no atomics).
+   A request {any, 0, 0} is absent (pads a fixed-size batch). On a bad batch *status gets the
+   host planner's status, counts are 0 and every plan is a sentinel / padding row. */
+typedef struct c128_device_plan_args {
+  c128_ring ring;                 /* ring.page_table, if any, in device memory */
+  const c128_request *requests;   /* device [num_requests] */
+  int64_t num_requests;
+  int32_t verify;
+  c128_compress_plan *compress;   /* device [capacity] (prefill) */
+  c128_write_plan *write;         /* device [capacity] (prefill) */
+  int64_t capacity;
+  c128_decode_plan *decode;       /* device [num_requests] (decode) */
+  int64_t *counts;                /* device [2]: num_compress, num_write (out) */
+  int32_t *status;                /* device [1]: c128_status of the batch (out) */
+  void *workspace;                /* device, c128_plan_workspace_size(num_requests) bytes */
+  int32_t pdl;
+} c128_device_plan_args;
+
+C128_API size_t c128_plan_workspace_size(int64_t num_requests);
+C128_API c128_status c128_plan_prefill_device(const c128_device_plan_args *args, cudaStream_t stream);
+C128_API c128_status c128_plan_decode_device(const c128_device_plan_args *args, cudaStream_t stream);
+/* The device planners' code run on the CPU over host arrays. */
+C128_API c128_status c128_plan_prefill_device_host(const c128_device_plan_args *args);
+C128_API c128_status c128_plan_decode_device_host(const c128_device_plan_args *args);
+
 #endif /* C128_CUH_INCLUDED */
 
 /* ========================================================================================== */
@@ -1205,7 +1233,7 @@ static int64_t c128__write_blocks(int64_t num_write, c128__trait t) {
 }
 
 static c128_status c128__launch(const void *kernel, int64_t blocks, int threads, int32_t pdl,
-                                cudaStream_t stream, c128__params p) {
+                                cudaStream_t stream, const void *params /* the kernel's by-value argument */) {
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -1215,7 +1243,7 @@ static c128_status c128__launch(const void *kernel, int64_t blocks, int threads,
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  void *args[1] = {&p};
+  void *args[1] = {(void *)params};
   return cudaLaunchKernelExC(&config, kernel, args) == cudaSuccess ? C128_SUCCESS : C128_ERROR_LAUNCH_FAILED;
 }
 
@@ -1223,8 +1251,8 @@ static c128_status c128__decode_gpu(const c128_decode_args *a, c128__trait t, co
                                     cudaStream_t stream) {
   const c128_status st = c128__validate_decode(a, t);
   if (st != C128_SUCCESS || a->batch == 0) return st;
-  return c128__launch(kernel, a->batch * C128_NUM_SPLIT(t.head_dim), C128_BLOCK_THREADS, a->pdl, stream,
-                      c128__decode_params(a));
+  const c128__params p = c128__decode_params(a);
+  return c128__launch(kernel, a->batch * C128_NUM_SPLIT(t.head_dim), C128_BLOCK_THREADS, a->pdl, stream, &p);
 }
 
 static c128_status c128__decode_cpu(const c128_decode_args *a, c128__trait t, const c128_host_options *o) {
@@ -1238,12 +1266,13 @@ static c128_status c128__decode_cpu(const c128_decode_args *a, c128__trait t, co
 static c128_status c128__prefill_gpu(const c128_prefill_args *a, c128__trait t, const void *compress_kernel,
                                      const void *write_kernel, cudaStream_t stream) {
   c128_status st = c128__validate_prefill(a, t);
+  const c128__params compress = c128__prefill_params(a, 1), write = c128__prefill_params(a, 0);
   if (st == C128_SUCCESS && a->num_compress > 0)
-    st = c128__launch(compress_kernel, a->num_compress * C128_NUM_SPLIT(t.head_dim), C128_BLOCK_THREADS,
-                      a->pdl, stream, c128__prefill_params(a, 1));
+    st = c128__launch(compress_kernel, a->num_compress * C128_NUM_SPLIT(t.head_dim), C128_BLOCK_THREADS, a->pdl,
+                      stream, &compress);
   if (st == C128_SUCCESS && a->num_write > 0)
-    st = c128__launch(write_kernel, c128__write_blocks(a->num_write, t), C128_WRITE_BLOCK_THREADS, a->pdl,
-                      stream, c128__prefill_params(a, 0));
+    st = c128__launch(write_kernel, c128__write_blocks(a->num_write, t), C128_WRITE_BLOCK_THREADS, a->pdl, stream,
+                      &write);
   return st;
 }
 
@@ -1473,7 +1502,8 @@ C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *a, c128_p
 }
 
 /* >>planner (SPEC 5) ---------------------------------------------------------------------- */
-static int64_t c128__ring_tokens(const c128_ring *r) { return r->ring_tokens ? r->ring_tokens : C128_WINDOW; }
+/* Shared by the host planner and the device planner: the per-request rules in closed form. */
+C128__FN int64_t c128__ring_tokens(const c128_ring *r) { return r->ring_tokens ? r->ring_tokens : C128_WINDOW; }
 
 static c128_status c128__check_ring(const c128_ring *r) {
   if (!r) return C128_ERROR_NULL_POINTER;
@@ -1486,7 +1516,7 @@ static c128_status c128__check_ring(const c128_ring *r) {
 }
 
 /* page(rid, pos) of SPEC 5, checked against the pool and the state. */
-static c128_status c128__ring_page(const c128_ring *r, int32_t rid, int64_t pos, int32_t *page) {
+C128__FN c128_status c128__ring_page(const c128_ring *r, int32_t rid, int64_t pos, int32_t *page) {
   const int64_t ring = c128__ring_tokens(r), k = (pos % ring) / C128_WINDOW;
   int64_t pg;
   if (rid < 0 || (r->page_table && rid >= r->num_pool)) return C128_ERROR_POOL_INDEX_OUT_OF_RANGE;
@@ -1501,75 +1531,131 @@ static c128_status c128__ring_page(const c128_ring *r, int32_t rid, int64_t pos,
   return C128_SUCCESS;
 }
 
-/* One pass over the batch: checks everything and counts; with emit set, also writes the plans.
-   Run once without emit first, so that a bad batch leaves the arrays untouched. */
-static c128_status c128__plan_batch(const c128_ring *r, const c128_request *reqs, int64_t n, int32_t verify,
-                                    c128_prefill_plans *out, int emit) {
-  const int64_t ring = c128__ring_tokens(r);
-  const int64_t pad = r->speculative ? ring - C128_WINDOW + 2 : 0;
-  const int64_t max_drafts = r->speculative ? ring - C128_WINDOW + 2 : 1;
-  int64_t rows = 0, nc = 0, nw = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const c128_request q = reqs[i];
-    if (q.seq_len < 0 || q.extend_len < 0) return C128_ERROR_NEGATIVE_SIZE;
-    if (q.extend_len == 0) return C128_ERROR_EMPTY_EXTEND;
-    if (q.extend_len > q.seq_len) return C128_ERROR_EXTEND_EXCEEDS_SEQ;
-    if (verify && q.extend_len > max_drafts) return C128_ERROR_TOO_MANY_DRAFTS;
-    if (rows + q.extend_len > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS;
-    const int64_t prefix = (int64_t)q.seq_len - q.extend_len;
-    const int64_t boundary = (int64_t)q.seq_len / C128_WINDOW * C128_WINDOW;
-    const int64_t first_write = boundary < q.seq_len - pad ? boundary : q.seq_len - pad; /* signed */
-    for (int64_t j = 0; j < q.extend_len; ++j) {
-      const int64_t pos = prefix + j, rag = rows + j;
-      int32_t page0, page1;
-      c128_status st;
-      if ((pos + 1) % C128_WINDOW == 0) {
-        if ((st = c128__ring_page(r, q.pool_index, pos, &page1)) != C128_SUCCESS ||
-            (st = c128__ring_page(r, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &page0)) !=
-                C128_SUCCESS)
-          return st;
-        if (emit) {
-          c128_compress_plan *c = &out->compress[nc];
-          c->seq_len = (uint32_t)(pos + 1);
-          c->ragged_id = (uint16_t)rag;
-          c->buffer_len = (uint16_t)(j < C128__LAST_ROW ? C128__LAST_ROW - j : 0);
-          c->read_page_0 = page0;
-          c->read_page_1 = page1;
-        }
-        ++nc;
-      }
-      if (pos >= first_write) {
-        if ((st = c128__ring_page(r, q.pool_index, pos, &page1)) != C128_SUCCESS) return st;
-        if (emit) {
-          out->write[nw].ragged_id = (uint32_t)rag;
-          out->write[nw].write_loc = (int32_t)(page1 * C128_WINDOW + pos % C128_WINDOW);
-        }
-        ++nw;
-      }
-    }
-    rows += q.extend_len;
-  }
-  out->num_compress = nc;
-  out->num_write = nw;
+/* What one request of a prefill/extend/verify batch emits. */
+typedef struct c128__shape {
+  int64_t prefix;       /* first new position */
+  int64_t first_event;  /* position of the first compress event (if any) */
+  int64_t first_write;  /* first persisted position */
+  int64_t num_compress, num_write;
+} c128__shape;
+
+C128__FN int c128__absent(c128_request q) { return q.seq_len == 0 && q.extend_len == 0; }
+
+/* Argument rules of one request, in the host planner's order (the row limit comes next). */
+C128__FN c128_status c128__request_check(const c128_ring *r, c128_request q, int32_t verify) {
+  const int64_t max_drafts = r->speculative ? c128__ring_tokens(r) - C128_WINDOW + 2 : 1;
+  if (q.seq_len < 0 || q.extend_len < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (q.extend_len == 0) return C128_ERROR_EMPTY_EXTEND;
+  if (q.extend_len > q.seq_len) return C128_ERROR_EXTEND_EXCEEDS_SEQ;
+  if (verify && q.extend_len > max_drafts) return C128_ERROR_TOO_MANY_DRAFTS;
   return C128_SUCCESS;
 }
 
+C128__FN c128__shape c128__request_shape(const c128_ring *r, c128_request q) {
+  /* Writes persist the trailing partial window, and with speculation the last `pad` tokens:
+     first_write = min(floor(seq / 128) * 128, seq - pad), in signed arithmetic. */
+  const int64_t pad = r->speculative ? c128__ring_tokens(r) - C128_WINDOW + 2 : 0;
+  const int64_t seq = q.seq_len, boundary = seq / C128_WINDOW * C128_WINDOW;
+  const int64_t first_write = boundary < seq - pad ? boundary : seq - pad;
+  c128__shape s;
+  s.prefix = seq - q.extend_len;
+  s.first_event = s.prefix / C128_WINDOW * C128_WINDOW + C128__LAST_ROW;
+  s.first_write = first_write > s.prefix ? first_write : s.prefix;
+  s.num_compress = seq / C128_WINDOW - s.prefix / C128_WINDOW;
+  s.num_write = seq - s.first_write;
+  return s;
+}
+
+/* Every page the request's plans name lies in the pool and the state. A request's pages differ
+   only by ring chunk, so one check per compress event and per 128 written positions suffices. */
+C128__FN c128_status c128__request_pages(const c128_ring *r, c128_request q, c128__shape s) {
+  int32_t page;
+  c128_status st = C128_SUCCESS;
+  for (int64_t m = 0; m < s.num_compress && st == C128_SUCCESS; ++m) {
+    const int64_t pos = s.first_event + m * C128_WINDOW;
+    st = c128__ring_page(r, q.pool_index, pos, &page);
+    if (st == C128_SUCCESS) st = c128__ring_page(r, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &page);
+  }
+  for (int64_t pos = s.first_write; pos < q.seq_len && st == C128_SUCCESS; pos = (pos / C128_WINDOW + 1) * C128_WINDOW)
+    st = c128__ring_page(r, q.pool_index, pos, &page);
+  return st;
+}
+
+/* The m-th compress / write plan of a request whose first input row is `rag0` (pages checked). */
+C128__FN c128_compress_plan c128__compress_plan_of(const c128_ring *r, c128_request q, c128__shape s, int64_t m,
+                                                   int64_t rag0) {
+  const int64_t pos = s.first_event + m * C128_WINDOW, j = pos - s.prefix;
+  c128_compress_plan c;
+  c.seq_len = (uint32_t)(pos + 1);
+  c.ragged_id = (uint16_t)(rag0 + j);
+  c.buffer_len = (uint16_t)(j < C128__LAST_ROW ? C128__LAST_ROW - j : 0);
+  c128__ring_page(r, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &c.read_page_0);
+  c128__ring_page(r, q.pool_index, pos, &c.read_page_1);
+  return c;
+}
+
+C128__FN c128_write_plan c128__write_plan_of(const c128_ring *r, c128_request q, c128__shape s, int64_t m,
+                                             int64_t rag0) {
+  const int64_t pos = s.first_write + m;
+  int32_t page = 0;
+  c128__ring_page(r, q.pool_index, pos, &page);
+  c128_write_plan w;
+  w.ragged_id = (uint32_t)(rag0 + pos - s.prefix);
+  w.write_loc = (int32_t)(page * C128_WINDOW + pos % C128_WINDOW);
+  return w;
+}
+
+/* A decode request's plan, or its status. */
+C128__FN c128_status c128__decode_plan_of(const c128_ring *r, c128_request q, c128_decode_plan *d) {
+  const c128_decode_plan padding = {0, -1, -1, -1};
+  *d = padding;
+  if (q.seq_len < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (q.seq_len == 0) return C128_SUCCESS;
+  const int64_t pos = (int64_t)q.seq_len - 1;
+  int32_t page0, page1;
+  c128_status st = c128__ring_page(r, q.pool_index, pos, &page1);
+  if (st == C128_SUCCESS) st = c128__ring_page(r, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &page0);
+  if (st != C128_SUCCESS) return st;
+  d->seq_len = (uint32_t)q.seq_len;
+  d->write_loc = (int32_t)(page1 * C128_WINDOW + pos % C128_WINDOW);
+  d->read_page_0 = page0;
+  d->read_page_1 = page1;
+  return C128_SUCCESS;
+}
+
+/* Host planner: check the whole batch first, so that a bad batch leaves the arrays untouched. */
 C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request *requests, int64_t num_requests,
                                        int32_t verify, c128_prefill_plans *plans) {
   c128_status st = c128__check_ring(ring);
   if (st != C128_SUCCESS) return st;
   if (!plans || (num_requests > 0 && !requests)) return C128_ERROR_NULL_POINTER;
   if (num_requests < 0 || plans->capacity < 0) return C128_ERROR_NEGATIVE_SIZE;
-  c128_prefill_plans count = *plans;
-  if ((st = c128__plan_batch(ring, requests, num_requests, verify, &count, 0)) != C128_SUCCESS) return st;
-  if (count.num_compress > plans->capacity || count.num_write > plans->capacity) return C128_ERROR_CAPACITY_TOO_SMALL;
+  int64_t rows = 0, nc = 0, nw = 0;
+  for (int64_t i = 0; i < num_requests; ++i) {
+    const c128_request q = requests[i];
+    if ((st = c128__request_check(ring, q, verify)) != C128_SUCCESS) return st;
+    if (rows + q.extend_len > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS;
+    const c128__shape s = c128__request_shape(ring, q);
+    if ((st = c128__request_pages(ring, q, s)) != C128_SUCCESS) return st;
+    rows += q.extend_len, nc += s.num_compress, nw += s.num_write;
+  }
+  if (nc > plans->capacity || nw > plans->capacity) return C128_ERROR_CAPACITY_TOO_SMALL;
   if (plans->capacity > 0 && (!plans->compress || !plans->write)) return C128_ERROR_NULL_POINTER;
-  c128__plan_batch(ring, requests, num_requests, verify, plans, 1);
+  rows = nc = nw = 0;
+  for (int64_t i = 0; i < num_requests; ++i) {
+    const c128_request q = requests[i];
+    const c128__shape s = c128__request_shape(ring, q);
+    for (int64_t m = 0; m < s.num_compress; ++m) plans->compress[nc++] = c128__compress_plan_of(ring, q, s, m, rows);
+    for (int64_t m = 0; m < s.num_write; ++m) plans->write[nw++] = c128__write_plan_of(ring, q, s, m, rows);
+    rows += q.extend_len;
+  }
+  plans->num_compress = nc;
+  plans->num_write = nw;
   if (plans->pad_to_capacity) {
     const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
     const c128_write_plan no_write = C128_INVALID_WRITE_PLAN;
-    for (int64_t k = plans->num_compress; k < plans->capacity; ++k) plans->compress[k] = no_compress;
-    for (int64_t k = plans->num_write; k < plans->capacity; ++k) plans->write[k] = no_write;
+    for (int64_t k = nc; k < plans->capacity; ++k) plans->compress[k] = no_compress;
+    for (int64_t k = nw; k < plans->capacity; ++k) plans->write[k] = no_write;
   }
   return C128_SUCCESS;
 }
@@ -1580,28 +1666,206 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
   if (st != C128_SUCCESS) return st;
   if (batch < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (batch > 0 && (!requests || !plans)) return C128_ERROR_NULL_POINTER;
-  for (int emit = 0; emit < 2; ++emit) { /* check the whole batch before writing any plan */
-    for (int64_t b = 0; b < batch; ++b) {
-      const c128_request q = requests[b];
-      c128_decode_plan d = {0, -1, -1, -1};
-      if (q.seq_len < 0) return C128_ERROR_NEGATIVE_SIZE;
-      if (q.seq_len > 0) {
-        const int64_t pos = (int64_t)q.seq_len - 1;
-        int32_t page0, page1;
-        if ((st = c128__ring_page(ring, q.pool_index, pos, &page1)) != C128_SUCCESS ||
-            (st = c128__ring_page(ring, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &page0)) !=
-                C128_SUCCESS)
-          return st;
-        d.seq_len = (uint32_t)q.seq_len;
-        d.write_loc = (int32_t)(page1 * C128_WINDOW + pos % C128_WINDOW);
-        d.read_page_0 = page0;
-        d.read_page_1 = page1;
-      }
-      if (emit) plans[b] = d;
-    }
-  }
+  c128_decode_plan d;
+  for (int64_t b = 0; b < batch; ++b)
+    if ((st = c128__decode_plan_of(ring, requests[b], &d)) != C128_SUCCESS) return st;
+  for (int64_t b = 0; b < batch; ++b) c128__decode_plan_of(ring, requests[b], &plans[b]);
   return C128_SUCCESS;
 }
+
+/* >>planner on the device --------------------------------------------------------------------- */
+/* Kernel 1, one block: per-request checks and counts (phase A, a thread per request), then one
+   thread turns them into exclusive prefix sums and the first error (phase B), chunk by chunk.
+   Kernel 2: one thread per plan slot finds its request by binary search over the sums. */
+#define C128__PLAN_THREADS 256
+
+enum { C128__WS_STATUS, C128__WS_COMPRESS, C128__WS_WRITE, C128__WS_HEADER }; /* then 3 x (n + 1) sums */
+
+typedef struct c128__plan_params {
+  c128_device_plan_args a;
+  int32_t decode; /* which planner */
+} c128__plan_params;
+
+typedef struct c128__plan_chunk {
+  int32_t check[C128__PLAN_THREADS], pages[C128__PLAN_THREADS];
+  int64_t num_compress[C128__PLAN_THREADS], num_write[C128__PLAN_THREADS], rows[C128__PLAN_THREADS];
+  int64_t total_compress, total_write, total_rows;
+  int32_t status;
+} c128__plan_chunk;
+
+C128__FN int64_t *c128__ws_sums(const c128__plan_params *p, int which) {
+  return (int64_t *)p->a.workspace + C128__WS_HEADER + which * (p->a.num_requests + 1);
+}
+
+C128__FN void c128__plan_count(const c128__plan_params *p, int64_t base, int tid, c128__plan_chunk *c) {
+  const int64_t i = base + tid;
+  c->check[tid] = c->pages[tid] = C128_SUCCESS;
+  c->num_compress[tid] = c->num_write[tid] = c->rows[tid] = 0;
+  if (i >= p->a.num_requests) return;
+  const c128_request q = p->a.requests[i];
+  if (p->decode) {
+    c128_decode_plan d;
+    c->check[tid] = c128__decode_plan_of(&p->a.ring, q, &d);
+    return;
+  }
+  if (c128__absent(q)) return;
+  if ((c->check[tid] = c128__request_check(&p->a.ring, q, p->a.verify)) != C128_SUCCESS) return;
+  const c128__shape s = c128__request_shape(&p->a.ring, q);
+  c->pages[tid] = c128__request_pages(&p->a.ring, q, s);
+  c->num_compress[tid] = s.num_compress, c->num_write[tid] = s.num_write, c->rows[tid] = q.extend_len;
+}
+
+C128__FN void c128__plan_scan(const c128__plan_params *p, int64_t base, c128__plan_chunk *c) {
+  int64_t *sum_c = c128__ws_sums(p, 0), *sum_w = c128__ws_sums(p, 1), *sum_r = c128__ws_sums(p, 2);
+  for (int t = 0; t < C128__PLAN_THREADS && base + t < p->a.num_requests; ++t) {
+    const int64_t i = base + t;
+    sum_c[i] = c->total_compress, sum_w[i] = c->total_write, sum_r[i] = c->total_rows;
+    if (c->status == C128_SUCCESS) /* the host planner's order: checks, row limit, pages */
+      c->status = c->check[t] != C128_SUCCESS                               ? c->check[t]
+                  : c->total_rows + c->rows[t] > C128_MAX_PREFILL_ROWS ? (int32_t)C128_ERROR_TOO_MANY_ROWS
+                                                                        : c->pages[t];
+    c->total_compress += c->num_compress[t], c->total_write += c->num_write[t], c->total_rows += c->rows[t];
+  }
+}
+
+C128__FN void c128__plan_finish(const c128__plan_params *p, c128__plan_chunk *c) {
+  const int64_t n = p->a.num_requests;
+  c128__ws_sums(p, 0)[n] = c->total_compress, c128__ws_sums(p, 1)[n] = c->total_write;
+  c128__ws_sums(p, 2)[n] = c->total_rows;
+  if (c->status == C128_SUCCESS && !p->decode && (c->total_compress > p->a.capacity || c->total_write > p->a.capacity))
+    c->status = C128_ERROR_CAPACITY_TOO_SMALL;
+  const int ok = c->status == C128_SUCCESS && !p->decode;
+  int64_t *ws = (int64_t *)p->a.workspace;
+  ws[C128__WS_STATUS] = c->status;
+  ws[C128__WS_COMPRESS] = ok ? c->total_compress : 0;
+  ws[C128__WS_WRITE] = ok ? c->total_write : 0;
+  *p->a.status = c->status;
+  if (p->a.counts) p->a.counts[0] = ws[C128__WS_COMPRESS], p->a.counts[1] = ws[C128__WS_WRITE];
+}
+
+/* Request owning plan slot k: the last i with sums[i] <= k (sums non-decreasing). */
+C128__FN int64_t c128__owner(const int64_t *sums, int64_t n, int64_t k) {
+  int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (sums[mid] <= k) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+C128__FN void c128__plan_emit(const c128__plan_params *p, int64_t k) {
+  const int64_t *ws = (const int64_t *)p->a.workspace;
+  const c128_device_plan_args *a = &p->a;
+  if (p->decode) {
+    if (k >= a->num_requests) return;
+    c128_decode_plan d;
+    c128__decode_plan_of(&a->ring, a->requests[k], &d);
+    const c128_decode_plan padding = {0, -1, -1, -1};
+    a->decode[k] = ws[C128__WS_STATUS] == C128_SUCCESS ? d : padding;
+    return;
+  }
+  if (k >= a->capacity) return;
+  const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
+  const c128_write_plan no_write = C128_INVALID_WRITE_PLAN;
+  c128_compress_plan c = no_compress;
+  c128_write_plan w = no_write;
+  if (k < ws[C128__WS_COMPRESS]) {
+    const int64_t *sums = c128__ws_sums(p, 0), i = c128__owner(sums, a->num_requests, k);
+    const c128_request q = a->requests[i];
+    c = c128__compress_plan_of(&a->ring, q, c128__request_shape(&a->ring, q), k - sums[i], c128__ws_sums(p, 2)[i]);
+  }
+  if (k < ws[C128__WS_WRITE]) {
+    const int64_t *sums = c128__ws_sums(p, 1), i = c128__owner(sums, a->num_requests, k);
+    const c128_request q = a->requests[i];
+    w = c128__write_plan_of(&a->ring, q, c128__request_shape(&a->ring, q), k - sums[i], c128__ws_sums(p, 2)[i]);
+  }
+  a->compress[k] = c;
+  a->write[k] = w;
+}
+
+static __global__ void __launch_bounds__(C128__PLAN_THREADS) c128__plan_count_kernel(const c128__plan_params p) {
+  __shared__ c128__plan_chunk c;
+  c128__pdl_wait();
+  if (threadIdx.x == 0) c.total_compress = c.total_write = c.total_rows = 0, c.status = C128_SUCCESS;
+  for (int64_t base = 0; base < p.a.num_requests; base += C128__PLAN_THREADS) {
+    __syncthreads();
+    c128__plan_count(&p, base, (int)threadIdx.x, &c);
+    __syncthreads();
+    if (threadIdx.x == 0) c128__plan_scan(&p, base, &c);
+  }
+  if (threadIdx.x == 0) c128__plan_finish(&p, &c);
+  c128__pdl_trigger();
+}
+
+static __global__ void __launch_bounds__(C128__PLAN_THREADS) c128__plan_emit_kernel(const c128__plan_params p) {
+  c128__pdl_wait();
+  c128__plan_emit(&p, (int64_t)blockIdx.x * C128__PLAN_THREADS + threadIdx.x);
+  c128__pdl_trigger();
+}
+
+C128_API size_t c128_plan_workspace_size(int64_t num_requests) {
+  return num_requests < 0 ? 0 : (size_t)(C128__WS_HEADER + 3 * (num_requests + 1)) * sizeof(int64_t);
+}
+
+static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, int decode) {
+  if (!a) return C128_ERROR_NULL_POINTER;
+  c128_status st = c128__check_ring(&a->ring);
+  if (st != C128_SUCCESS) return st;
+  if (a->num_requests < 0 || a->capacity < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (a->num_requests > INT32_MAX / 2) return C128_ERROR_TOO_MANY_PLANS;
+  if (!a->status || !a->workspace || (a->num_requests > 0 && !a->requests)) return C128_ERROR_NULL_POINTER;
+  if (decode ? a->num_requests > 0 && !a->decode : a->capacity > 0 && (!a->compress || !a->write))
+    return C128_ERROR_NULL_POINTER;
+  if (c128__misaligned(a->workspace, sizeof(int64_t)) || c128__misaligned(a->counts, sizeof(int64_t)) ||
+      c128__misaligned(a->compress, sizeof(c128_compress_plan)) || c128__misaligned(a->write, sizeof(c128_write_plan)) ||
+      c128__misaligned(a->decode, sizeof(c128_decode_plan)) || c128__misaligned(a->requests, sizeof(int32_t)))
+    return C128_ERROR_MISALIGNED;
+  return C128_SUCCESS;
+}
+
+static c128_status c128__plan_device(const c128_device_plan_args *a, int decode, cudaStream_t stream) {
+  const c128_status st = c128__check_device_plan_args(a, decode);
+  if (st != C128_SUCCESS) return st;
+  c128__plan_params p;
+  memset(&p, 0, sizeof p);
+  p.a = *a;
+  p.decode = decode;
+  const int64_t slots = decode ? a->num_requests : a->capacity;
+  c128_status launched = c128__launch((const void *)c128__plan_count_kernel, 1, C128__PLAN_THREADS, a->pdl, stream, &p);
+  if (launched == C128_SUCCESS && slots > 0)
+    launched = c128__launch((const void *)c128__plan_emit_kernel, (slots + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS,
+                            C128__PLAN_THREADS, a->pdl, stream, &p);
+  return launched;
+}
+
+static c128_status c128__plan_device_on_host(const c128_device_plan_args *a, int decode) {
+  const c128_status st = c128__check_device_plan_args(a, decode);
+  if (st != C128_SUCCESS) return st;
+  c128__plan_params p;
+  memset(&p, 0, sizeof p);
+  p.a = *a;
+  p.decode = decode;
+  c128__plan_chunk c;
+  c.total_compress = c.total_write = c.total_rows = 0, c.status = C128_SUCCESS;
+  for (int64_t base = 0; base < a->num_requests; base += C128__PLAN_THREADS) {
+    for (int tid = 0; tid < C128__PLAN_THREADS; ++tid) c128__plan_count(&p, base, tid, &c);
+    c128__plan_scan(&p, base, &c);
+  }
+  c128__plan_finish(&p, &c);
+  const int64_t slots = decode ? a->num_requests : a->capacity;
+  for (int64_t k = 0; k < slots; ++k) c128__plan_emit(&p, k);
+  return C128_SUCCESS;
+}
+
+C128_API c128_status c128_plan_prefill_device(const c128_device_plan_args *a, cudaStream_t s) {
+  return c128__plan_device(a, 0, s);
+}
+C128_API c128_status c128_plan_decode_device(const c128_device_plan_args *a, cudaStream_t s) {
+  return c128__plan_device(a, 1, s);
+}
+C128_API c128_status c128_plan_prefill_device_host(const c128_device_plan_args *a) { return c128__plan_device_on_host(a, 0); }
+C128_API c128_status c128_plan_decode_device_host(const c128_device_plan_args *a) { return c128__plan_device_on_host(a, 1); }
 
 #endif /* C128_IMPLEMENTATION */
 
