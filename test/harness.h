@@ -58,6 +58,16 @@ void require_backend(backend be);
 c128_status run_decode(const instance_entry *e, backend be, const c128_decode_args *host_args, int reverse);
 c128_status run_prefill(const instance_entry *e, backend be, const c128_prefill_args *host_args, int reverse);
 
+/* A device buffer that persists across calls (the scenarios keep the state on the GPU between
+   batches); an upload grows it as needed. */
+typedef struct device_buffer {
+  void *ptr;
+  size_t bytes;
+} device_buffer;
+void *device_upload(device_buffer *b, const void *host, size_t bytes);
+void device_download(const device_buffer *b, void *host, size_t bytes);
+void device_release(device_buffer *b);
+
 /* SPEC 8 tolerance of one output row against the oracle. */
 void check_output_row(const void *out, size_t row, c128_dtype out_dtype, const double *ref, int head_dim,
                       const char *what, uint64_t seed);
