@@ -1,0 +1,125 @@
+// bench_kernels.cu - helper kernels of the benchmark: the empty launch that sets the floor for
+// small decode batches, the dependent "next kernel" of the PDL chain, and the data generator.
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "bench.h"
+
+#define BENCH_STR2(x) #x
+#define BENCH_STR(x) BENCH_STR2(x)
+
+enum { BENCH_EMPTY_THREADS = 512, BENCH_CONSUMER_THREADS = 128, BENCH_PARAM_BYTES = 96 };
+
+// c128's kernels take one by-value parameter block of this size; the empty kernel takes one too,
+// so that the launch cost it measures is the same launch.
+typedef struct bench_param_block {
+  unsigned char bytes[BENCH_PARAM_BYTES];
+} bench_param_block;
+
+static __global__ void __launch_bounds__(BENCH_EMPTY_THREADS) bench_empty_kernel(const bench_param_block p) { (void)p; }
+
+static cudaError_t bench_launch(const void *kernel, int64_t blocks, int threads, int pdl, void **args,
+                                cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = pdl != 0;
+  config.gridDim = dim3((unsigned)blocks, 1, 1);
+  config.blockDim = dim3((unsigned)threads, 1, 1);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelExC(&config, kernel, args);
+}
+
+extern "C" cudaError_t bench_launch_empty(int64_t blocks, cudaStream_t stream) {
+  bench_param_block p;
+  memset(&p, 0, sizeof p);
+  void *args[1] = {&p};
+  return bench_launch((const void *)bench_empty_kernel, blocks, BENCH_EMPTY_THREADS, 0, args, stream);
+}
+
+// RMSNorm of one 512-float row per block, the kind of kernel that follows c128 in a model
+// (SPEC: RMSNorm, RoPE and FP8 packing belong to the caller's next kernel). It waits for its
+// predecessor before reading and lets its own dependents launch when it is done.
+static __global__ void __launch_bounds__(BENCH_CONSUMER_THREADS)
+    bench_consumer_kernel(const float *output, float *normed) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  __shared__ float partial[BENCH_CONSUMER_THREADS / 32];
+  const int64_t row = blockIdx.x;
+  const float4 v = ((const float4 *)(output + row * BENCH_HEAD_DIM))[threadIdx.x];
+  float sq = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xFFFFFFFFu, sq, o);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sq;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < BENCH_CONSUMER_THREADS / 32; ++w) total += partial[w];
+  const float scale = rsqrtf(total / BENCH_HEAD_DIM + 1e-6f);
+  ((float4 *)(normed + row * BENCH_HEAD_DIM))[threadIdx.x] =
+      make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+extern "C" cudaError_t bench_launch_consumer(const float *output, float *normed, int64_t rows, int pdl,
+                                             cudaStream_t stream) {
+  static_assert(BENCH_CONSUMER_THREADS * 4 == BENCH_HEAD_DIM, "one float4 per thread covers a row");
+  void *args[2] = {(void *)&output, (void *)&normed};
+  return bench_launch((const void *)bench_consumer_kernel, rows, BENCH_CONSUMER_THREADS, pdl, args, stream);
+}
+
+// splitmix64 of (seed, index) -> uniform in [-1, 1).
+static __host__ __device__ float bench_uniform(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+static __host__ __device__ uint16_t bench_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); // finite values only
+}
+
+static __host__ __device__ void bench_fill_one(void *base, int64_t i, int64_t row_elems, int64_t kv_elems, int bf16,
+                                               float kv_scale, float score_scale, uint64_t seed) {
+  const float scale = i % row_elems < kv_elems ? kv_scale : score_scale;
+  const float v = scale * bench_uniform(seed, (uint64_t)i);
+  if (bf16) ((uint16_t *)base)[i] = bench_to_bf16(v);
+  else ((float *)base)[i] = v;
+}
+
+static __global__ void __launch_bounds__(256)
+    bench_fill_kernel(void *base, int64_t n, int64_t row_elems, int64_t kv_elems, int bf16, float kv_scale,
+                      float score_scale, uint64_t seed) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    bench_fill_one(base, i, row_elems, kv_elems, bf16, kv_scale, score_scale, seed);
+}
+
+extern "C" cudaError_t bench_fill_device(void *base, int64_t rows, int64_t row_elems, int64_t kv_elems, int bf16,
+                                         float kv_scale, float score_scale, uint64_t seed, cudaStream_t stream) {
+  const int64_t n = rows * row_elems;
+  if (n <= 0) return cudaSuccess;
+  const int64_t blocks = n / 256 + 1 < 65536 ? n / 256 + 1 : 65536;
+  bench_fill_kernel<<<(unsigned)blocks, 256, 0, stream>>>(base, n, row_elems, kv_elems, bf16, kv_scale, score_scale,
+                                                          seed);
+  return cudaGetLastError();
+}
+
+extern "C" void bench_fill_host(void *base, int64_t rows, int64_t row_elems, int64_t kv_elems, int bf16, float kv_scale,
+                                float score_scale, uint64_t seed) {
+  for (int64_t i = 0; i < rows * row_elems; ++i)
+    bench_fill_one(base, i, row_elems, kv_elems, bf16, kv_scale, score_scale, seed);
+}
+
+extern "C" const char *bench_nvcc_version(void) {
+  return BENCH_STR(__CUDACC_VER_MAJOR__) "." BENCH_STR(__CUDACC_VER_MINOR__) "." BENCH_STR(__CUDACC_VER_BUILD__);
+}

@@ -1,0 +1,4 @@
+// The library with the default two-warp epilogue, exported as bench_two_warp_*.
+#define C128_EPILOGUE C128_EPILOGUE_TWO_WARP
+#define BENCH_PREFIX bench_two_warp
+#include "bench_copy.cuh"

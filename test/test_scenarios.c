@@ -1,0 +1,844 @@
+/* Serving scenarios (SPEC 9) through the planner and the kernels, on the CPU host runner (race
+   checked, blocks reversed every other launch) and on the GPU (state kept on the device, every
+   batch repeated on the host runner and compared bit for bit), in the legacy layout, the request
+   ring with R = 256 and speculation, and a shuffled page table; plus planner unit tests against
+   SPEC 5 written out again (scenario.c), and an exhaustive check that speculative verify never
+   loses a committed token. A failure names its seed; C128_SEED=<seed> replays the case. */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scenario.h"
+
+enum { W = REF_WINDOW };
+
+/* The instances these tests use (the per-instance kernel tests cover the whole table). */
+static const instance_entry h512_f32 = INSTANCE_ENTRY(h512_f32_f32_f32, 512, , , , C128_F32, C128_F32, C128_F32);
+static const instance_entry h512_bf16 = INSTANCE_ENTRY(h512_bf16_f32_f32, 512, , , , C128_BF16, C128_F32, C128_F32);
+static const instance_entry h128_f32 = INSTANCE_ENTRY(h128_f32_f32_f32, 128, , , , C128_F32, C128_F32, C128_F32);
+static const instance_entry h128_bf16 =
+    INSTANCE_ENTRY(h128_bf16_bf16_bf16, 128, , , , C128_BF16, C128_BF16, C128_BF16);
+
+typedef struct layout_case {
+  scen_layout layout;
+  int ring_tokens, speculative;
+} layout_case;
+static const layout_case LEGACY = {SCEN_LEGACY, 128, 0};
+static const layout_case RING256 = {SCEN_RING, 256, 1};
+static const layout_case PAGE_TABLE = {SCEN_PAGE_TABLE, 256, 1};
+static const layout_case RING128_SPEC = {SCEN_RING, 128, 1};
+static const layout_case RING256_PLAIN = {SCEN_RING, 256, 0};
+static const layout_case PAGE_TABLE_128 = {SCEN_PAGE_TABLE, 128, 0};
+
+static scen_config config(const instance_entry *e, backend be, const layout_case *l, int num_pool, float scale) {
+  scen_config c;
+  memset(&c, 0, sizeof c);
+  c.entry = e;
+  c.be = be;
+  c.layout = l->layout;
+  c.ring_tokens = l->ring_tokens;
+  c.speculative = l->speculative;
+  c.num_pool = num_pool;
+  c.score_scale = scale;
+  c.reverse = 1;
+  c.cross_check = be == BACKEND_GPU;
+  return c;
+}
+
+/* The test's own choices (schedules, acceptance) come from the scenario's seed. */
+static rng schedule_rng(const scenario *s) {
+  rng r;
+  r.seed = r.state = scen_seed(s) ^ 0x5CE9A210C0FFEEull;
+  return r;
+}
+
+static int uniform(rng *r, int lo, int hi) { return lo + (int)(rng_u64(r) % (uint64_t)(hi - lo + 1)); }
+
+/* Opens n requests on pool rows that differ from their index in ids (and so from their batch
+   positions when batched in that order). */
+static void open_requests(scenario *s, rng *r, int n, int num_pool, int *ids) {
+  int rows[64];
+  cr_assert(num_pool <= 64 && n <= num_pool);
+  for (int done = 0; !done;) {
+    for (int i = 0; i < num_pool; ++i) rows[i] = i;
+    for (int i = num_pool - 1; i > 0; --i) {
+      const int j = uniform(r, 0, i), t = rows[i];
+      rows[i] = rows[j], rows[j] = t;
+    }
+    done = 1;
+    for (int i = 0; i < n; ++i) done &= rows[i] != i;
+  }
+  for (int i = 0; i < n; ++i) ids[i] = scen_open(s, rows[i]);
+}
+
+static void extend_one(scenario *s, int id, int extend) {
+  const scen_item it = {id, extend, extend};
+  scen_extend(s, &it, 1, 0);
+}
+
+static void log_stats(const char *what, const scenario *s) {
+  const scen_stats st = scen_get_stats(s);
+  cr_log_info("%s: %d requests, %lld batches, %lld rows, %lld windows checked, %lld discarded, max rel L2 %.2e, "
+              "max abs %.2e",
+              what, scen_num_requests(s), (long long)st.batches, (long long)st.rows, (long long)st.windows_checked,
+              (long long)st.windows_discarded, st.max_rel_l2, st.max_abs);
+}
+
+
+/* ---- SPEC 9: upstream's suite, in every layout ------------------------------------------- */
+
+/* Prefill from 0 with S in {128, 256, 512}, one request per batch; then a decode step with a
+   padding row. */
+static void sc_prefill_from_zero(const instance_entry *e, backend be, const layout_case *l, float scale) {
+  require_backend(be);
+  const scen_config c = config(e, be, l, 5, scale);
+  scenario *s = scen_create(&c);
+  rng r = schedule_rng(s);
+  static const int S[3] = {128, 256, 512};
+  int id[3];
+  open_requests(s, &r, 3, 5, id);
+  for (int i = 0; i < 3; ++i) extend_one(s, id[i], S[i]);
+  const int step[4] = {id[2], -1, id[0], id[1]};
+  scen_decode(s, step, 4);
+  log_stats("prefill from 0", s);
+  scen_destroy(s);
+}
+
+/* Prefix in {0, 128, 256}, then one token at a time to the next boundary (128 steps: all three
+   complete a window on the last one), a padding row in every step. */
+static void sc_prefix_then_decode(const instance_entry *e, backend be, const layout_case *l, float scale) {
+  require_backend(be);
+  const scen_config c = config(e, be, l, 5, scale);
+  scenario *s = scen_create(&c);
+  rng r = schedule_rng(s);
+  int id[3];
+  open_requests(s, &r, 3, 5, id);
+  const scen_item prefill[2] = {{id[2], 256, 256}, {id[1], 128, 128}};
+  scen_extend(s, prefill, 2, 0);
+  for (int t = 0; t < W; ++t) {
+    const int step[4] = {id[1], id[0], -1, id[2]};
+    scen_decode(s, step, 4);
+  }
+  cr_assert(scen_len(s, id[0]) == 128 && scen_len(s, id[1]) == 256 && scen_len(s, id[2]) == 384);
+  cr_assert_eq(scen_get_stats(s).windows_checked, 3 + 3);
+  log_stats("prefix then decode", s);
+  scen_destroy(s);
+}
+
+/* Prefix in {120, 128, 256}, then extend in {128, 256}: prefix 120 gives buffer_len 120, a window
+   of state and input rows. */
+static void sc_prefix_then_extend(const instance_entry *e, backend be, const layout_case *l, float scale) {
+  require_backend(be);
+  const scen_config c = config(e, be, l, 8, scale);
+  scenario *s = scen_create(&c);
+  rng r = schedule_rng(s);
+  static const int prefix[6] = {120, 120, 128, 128, 256, 256}, extend[6] = {128, 256, 128, 256, 128, 256};
+  int id[6];
+  open_requests(s, &r, 6, 8, id);
+  scen_item items[6];
+  for (int i = 0; i < 6; ++i) items[i] = (scen_item){id[5 - i], prefix[5 - i], prefix[5 - i]};
+  scen_extend(s, items, 6, 0);
+  for (int i = 0; i < 6; ++i) items[i] = (scen_item){id[i], extend[i], extend[i]};
+  scen_extend(s, items, 6, 0);
+  scen_decode(s, id, 6);
+  log_stats("prefix then extend", s);
+  scen_destroy(s);
+}
+
+/* Two requests per batch: (128, 128), (256, 256), (384, 384); then a decode step of all six. */
+static void sc_multi_request(const instance_entry *e, backend be, const layout_case *l, float scale) {
+  require_backend(be);
+  const scen_config c = config(e, be, l, 8, scale);
+  scenario *s = scen_create(&c);
+  rng r = schedule_rng(s);
+  int id[6];
+  open_requests(s, &r, 6, 8, id);
+  for (int p = 0; p < 3; ++p) {
+    const int L = 128 * (p + 1);
+    const scen_item items[2] = {{id[2 * p], L, L}, {id[2 * p + 1], L, L}};
+    scen_extend(s, items, 2, 0);
+  }
+  scen_decode(s, id, 6);
+  cr_assert_eq(scen_get_stats(s).windows_checked, 12);
+  log_stats("multi-request", s);
+  scen_destroy(s);
+}
+
+/* A varlen batch [257, 1024, 384], then [127, 1, 200], then two decode steps. */
+static void sc_varlen(const instance_entry *e, backend be, const layout_case *l, float scale) {
+  require_backend(be);
+  const scen_config c = config(e, be, l, 5, scale);
+  scenario *s = scen_create(&c);
+  rng r = schedule_rng(s);
+  int id[3];
+  open_requests(s, &r, 3, 5, id);
+  const scen_item first[3] = {{id[0], 257, 257}, {id[1], 1024, 1024}, {id[2], 384, 384}};
+  scen_extend(s, first, 3, 0);
+  const scen_item second[3] = {{id[0], 127, 127}, {id[1], 1, 1}, {id[2], 200, 200}};
+  scen_extend(s, second, 3, 0);
+  for (int t = 0; t < 2; ++t) scen_decode(s, id, 3);
+  log_stats("varlen", s);
+  scen_destroy(s);
+}
+
+/* Chunk starts that are not multiples of 128: 5 + 251, 50 + 206, 127 + 2, 100 + 1024. */
+static void sc_chunked(const instance_entry *e, backend be, const layout_case *l, float scale) {
+  require_backend(be);
+  const scen_config c = config(e, be, l, 6, scale);
+  scenario *s = scen_create(&c);
+  rng r = schedule_rng(s);
+  int id[4];
+  open_requests(s, &r, 4, 6, id);
+  static const int first[4] = {5, 50, 127, 100}, second[4] = {251, 206, 2, 1024};
+  scen_item items[4];
+  for (int i = 0; i < 4; ++i) items[i] = (scen_item){id[i], first[i], first[i]};
+  scen_extend(s, items, 4, 0);
+  for (int i = 0; i < 4; ++i) items[i] = (scen_item){id[3 - i], second[3 - i], second[3 - i]};
+  scen_extend(s, items, 4, 0);
+  scen_decode(s, id, 4);
+  log_stats("chunked", s);
+  scen_destroy(s);
+}
+
+#define LAYOUT_TESTS(suite, be, fn, tag, entry, scale)                                             \
+  Test(suite, scen_##tag##_legacy) { fn(&entry, be, &LEGACY, scale); }                              \
+  Test(suite, scen_##tag##_ring256) { fn(&entry, be, &RING256, scale); }                            \
+  Test(suite, scen_##tag##_page_table) { fn(&entry, be, &PAGE_TABLE, scale); }
+#define BOTH_SUITES(fn, tag, entry, scale)                                                         \
+  LAYOUT_TESTS(cpu, BACKEND_CPU, fn, tag, entry, scale)                                             \
+  LAYOUT_TESTS(gpu, BACKEND_GPU, fn, tag, entry, scale)
+
+BOTH_SUITES(sc_prefill_from_zero, prefill_from_zero, h512_f32, 1.0f)
+BOTH_SUITES(sc_prefix_then_decode, prefix_then_decode, h512_f32, 1.0f)
+BOTH_SUITES(sc_prefix_then_extend, prefix_then_extend, h512_f32, 60.0f)
+BOTH_SUITES(sc_multi_request, multi_request, h512_f32, 1.0f)
+BOTH_SUITES(sc_varlen, varlen, h512_f32, 60.0f)
+BOTH_SUITES(sc_chunked, chunked, h512_f32, 1.0f)
+/* bf16 state (and an all-bf16 instance) through the same shapes */
+BOTH_SUITES(sc_prefix_then_extend, bf16_state_prefix_then_extend, h512_bf16, 1.0f)
+BOTH_SUITES(sc_chunked, bf16_all_chunked, h128_bf16, 60.0f)
+BOTH_SUITES(sc_prefix_then_decode, bf16_all_prefix_then_decode, h128_bf16, 1.0f)
+
+/* ---- speculative verify with rollback ----------------------------------------------------- */
+
+static int pick_accept(rng *r, int n_draft) {
+  switch (uniform(r, 0, 3)) {
+  case 0: return 1;
+  case 1: return n_draft;
+  default: return uniform(r, 1, n_draft);
+  }
+}
+
+static void shuffle(rng *r, int *v, int n) {
+  for (int i = n - 1; i > 0; --i) {
+    const int j = uniform(r, 0, i), t = v[i];
+    v[i] = v[j], v[j] = t;
+  }
+}
+
+/* Verify batches of n_draft rows each (0: 1..max at random per request and step) with random
+   acceptance, interleaved with decode steps. Requests start at 126, 127, 128, 1 and 0 tokens and
+   the first verify accepts one draft each: prefix 126 with one accepted is SPEC 5's worst case. */
+static void sc_verify(const instance_entry *e, backend be, const layout_case *l, int n_draft, int steps) {
+  require_backend(be);
+  enum { N = 5, POOL = 7 };
+  const scen_config c = config(e, be, l, POOL, 1.0f);
+  scenario *s = scen_create(&c);
+  rng r = schedule_rng(s);
+  const int max_drafts = l->speculative ? l->ring_tokens - W + 2 : 1;
+  cr_assert(n_draft <= max_drafts);
+  int id[N];
+  open_requests(s, &r, N, POOL, id);
+  static const int prompt[N] = {126, 127, 128, 1, 0};
+  scen_item items[N];
+  int k = 0;
+  for (int i = 0; i < N; ++i)
+    if (prompt[i] > 0) items[k++] = (scen_item){id[i], prompt[i], prompt[i]};
+  scen_extend(s, items, k, 0);
+  for (int t = 0; t < steps; ++t) {
+    int order[N];
+    memcpy(order, id, sizeof order);
+    shuffle(&r, order, N);
+    if (t > 0 && uniform(&r, 0, 3) == 0) {
+      scen_decode(s, order, N);
+      continue;
+    }
+    for (int i = 0; i < N; ++i) {
+      const int nd = n_draft ? n_draft : uniform(&r, 1, max_drafts);
+      items[i] = (scen_item){order[i], nd, t == 0 ? 1 : pick_accept(&r, nd)};
+    }
+    scen_extend(s, items, N, 1);
+  }
+  char what[64];
+  snprintf(what, sizeof what, "verify n_draft %d, %d steps", n_draft, steps);
+  log_stats(what, s);
+  cr_assert_gt(scen_get_stats(s).windows_checked, 0);
+  scen_destroy(s);
+}
+
+#define VERIFY_TESTS(suite, be, tag, entry, n_draft, steps)                                       \
+  Test(suite, scen_verify_##tag##_ring256) { sc_verify(&entry, be, &RING256, n_draft, steps); }    \
+  Test(suite, scen_verify_##tag##_page_table) { sc_verify(&entry, be, &PAGE_TABLE, n_draft, steps); }
+/* CPU: head_dim 128 for the long runs of few drafts, 512 where windows come quickly. */
+VERIFY_TESTS(cpu, BACKEND_CPU, 1, h128_f32, 1, 600)
+VERIFY_TESTS(cpu, BACKEND_CPU, 2, h128_f32, 2, 500)
+VERIFY_TESTS(cpu, BACKEND_CPU, 3, h128_f32, 3, 400)
+VERIFY_TESTS(cpu, BACKEND_CPU, 4, h128_f32, 4, 320)
+VERIFY_TESTS(cpu, BACKEND_CPU, 5, h128_f32, 5, 280)
+VERIFY_TESTS(cpu, BACKEND_CPU, 129, h512_f32, 129, 30)
+VERIFY_TESTS(cpu, BACKEND_CPU, 130, h512_f32, 130, 30)
+VERIFY_TESTS(cpu, BACKEND_CPU, random, h128_f32, 0, 300)
+VERIFY_TESTS(cpu, BACKEND_CPU, random_h512, h512_f32, 0, 40)
+VERIFY_TESTS(cpu, BACKEND_CPU, random_bf16_state, h128_bf16, 0, 100)
+VERIFY_TESTS(gpu, BACKEND_GPU, 1, h512_f32, 1, 300)
+VERIFY_TESTS(gpu, BACKEND_GPU, 2, h512_f32, 2, 250)
+VERIFY_TESTS(gpu, BACKEND_GPU, 3, h512_f32, 3, 200)
+VERIFY_TESTS(gpu, BACKEND_GPU, 4, h512_f32, 4, 160)
+VERIFY_TESTS(gpu, BACKEND_GPU, 5, h512_f32, 5, 140)
+VERIFY_TESTS(gpu, BACKEND_GPU, 129, h512_f32, 129, 20)
+VERIFY_TESTS(gpu, BACKEND_GPU, 130, h512_f32, 130, 20)
+VERIFY_TESTS(gpu, BACKEND_GPU, random, h512_f32, 0, 120)
+VERIFY_TESTS(gpu, BACKEND_GPU, random_bf16_state, h512_bf16, 0, 60)
+/* R = 128 with speculation: pad 2, at most 2 drafts; and the non-speculative rings (legacy, and
+   a page table) verify one token at a time. */
+Test(cpu, scen_verify_ring128_speculative) { sc_verify(&h128_f32, BACKEND_CPU, &RING128_SPEC, 0, 300); }
+Test(cpu, scen_verify_legacy_one_draft) { sc_verify(&h128_f32, BACKEND_CPU, &LEGACY, 1, 200); }
+Test(cpu, scen_verify_page_table_128_one_draft) { sc_verify(&h128_f32, BACKEND_CPU, &PAGE_TABLE_128, 1, 200); }
+Test(gpu, scen_verify_ring128_speculative) { sc_verify(&h512_f32, BACKEND_GPU, &RING128_SPEC, 0, 300); }
+Test(gpu, scen_verify_legacy_one_draft) { sc_verify(&h512_f32, BACKEND_GPU, &LEGACY, 1, 200); }
+
+/* Verify batches the ring cannot persist are refused before anything runs, and the run goes on. */
+static void refused_then_accepted(const layout_case *l, int prompt, int too_many) {
+  const scen_config c = config(&h128_f32, BACKEND_CPU, l, 4, 1.0f);
+  scenario *s = scen_create(&c);
+  rng r = schedule_rng(s);
+  int id[2];
+  open_requests(s, &r, 2, 4, id);
+  const scen_item prefill[2] = {{id[0], prompt, prompt}, {id[1], 40, 40}};
+  scen_extend(s, prefill, 2, 0);
+  /* the good request first: a refused batch writes nothing, not even the good request's plans */
+  const scen_item bad[2] = {{id[1], 1, 1}, {id[0], too_many, 1}};
+  scen_extend_refused(s, bad, 2, 1, C128_ERROR_TOO_MANY_DRAFTS);
+  const scen_item good[2] = {{id[1], 1, 1}, {id[0], too_many - 1, 1}};
+  scen_extend(s, good, 2, 1);
+  const scen_item plain[2] = {{id[0], too_many, too_many}, {id[1], 88, 88}}; /* no limit on prefill */
+  scen_extend(s, plain, 2, 0);
+  scen_decode(s, id, 2);
+  scen_destroy(s);
+}
+
+Test(cpu, scen_verify_too_many_drafts_refused) {
+  refused_then_accepted(&RING256, 126, 131);        /* R = 256: at most 130 */
+  refused_then_accepted(&PAGE_TABLE, 126, 131);
+  refused_then_accepted(&RING128_SPEC, 126, 3);     /* R = 128 with speculation: at most 2 */
+  refused_then_accepted(&LEGACY, 126, 2);           /* not speculative: one token */
+  refused_then_accepted(&RING256_PLAIN, 126, 2);
+}
+
+/* ---- a serving mix: arrivals, chunked prefill, decode, verify, plain extends, departures ---- */
+
+typedef struct mix_params {
+  int num_pool, live, steps, max_prompt, max_generate, chunk;
+} mix_params;
+
+static void serving_mix(scenario *s, const layout_case *l, const mix_params *p) {
+  rng r = schedule_rng(s);
+  int id[32], rows[64], prompt_left[32], target[32];
+  cr_assert(p->live <= 32 && p->num_pool <= 64 && p->live < p->num_pool);
+  const int max_drafts = l->speculative ? l->ring_tokens - W + 2 : 1;
+  int free_rows = p->num_pool;
+  for (int i = 0; i < p->num_pool; ++i) rows[i] = i;
+  shuffle(&r, rows, p->num_pool);
+  for (int i = 0; i < p->live; ++i) id[i] = -1;
+  for (int t = 0; t < p->steps; ++t) {
+    for (int i = 0; i < p->live; ++i) { /* arrivals take a free pool row (with stale state rows) */
+      if (id[i] >= 0) continue;
+      const int k = uniform(&r, 0, free_rows - 1), row = rows[k];
+      rows[k] = rows[--free_rows];
+      id[i] = scen_open(s, row);
+      prompt_left[i] = uniform(&r, 1, p->max_prompt);
+      target[i] = prompt_left[i] + uniform(&r, 1, p->max_generate);
+    }
+    int order[32];
+    for (int i = 0; i < p->live; ++i) order[i] = i;
+    shuffle(&r, order, p->live);
+    scen_item items[32];
+    int n = 0, prefilling = 0;
+    for (int i = 0; i < p->live; ++i) prefilling += prompt_left[i] > 0;
+    const int kind = prefilling && uniform(&r, 0, 2) ? 0 : uniform(&r, 1, 4); /* 1, 2 decode; 3, 4 verify */
+    for (int k = 0; k < p->live; ++k) {
+      const int i = order[k];
+      if (kind == 0) { /* prefill chunks; requests past their prompt ride along with one token */
+        if (prompt_left[i] > 0) {
+          const int chunk = uniform(&r, 1, prompt_left[i] < p->chunk ? prompt_left[i] : p->chunk);
+          items[n++] = (scen_item){id[i], chunk, chunk};
+          prompt_left[i] -= chunk;
+        } else if (uniform(&r, 0, 1)) {
+          items[n++] = (scen_item){id[i], 1, 1};
+        }
+      } else if (prompt_left[i] == 0 && uniform(&r, 0, 4)) {
+        const int few = max_drafts < 5 ? max_drafts : 5;
+        const int nd = kind >= 3 ? uniform(&r, 1, uniform(&r, 0, 1) ? few : max_drafts) : 1;
+        items[n++] = (scen_item){id[i], nd, pick_accept(&r, nd)};
+      }
+    }
+    if (n == 0) continue;
+    if (kind == 0) scen_extend(s, items, n, 0);
+    else if (kind <= 2) {
+      int reqs[33];
+      for (int k = 0; k < n; ++k) reqs[k] = items[k].req;
+      if (n > 1 && uniform(&r, 0, 3) == 0) reqs[n++] = -1; /* a padding row */
+      scen_decode(s, reqs, n);
+    } else {
+      scen_extend(s, items, n, 1);
+    }
+    for (int i = 0; i < p->live; ++i) /* departures free their pool row */
+      if (prompt_left[i] == 0 && scen_len(s, id[i]) >= target[i]) {
+        rows[free_rows++] = scen_pool_index(s, id[i]);
+        scen_close(s, id[i]);
+        id[i] = -1;
+      }
+  }
+}
+
+static void sc_serving_mix(const instance_entry *e, backend be, const layout_case *l, float scale) {
+  require_backend(be);
+  const mix_params p128 = {12, 8, 1000, 700, 400, 300}, p512 = {8, 6, be == BACKEND_CPU ? 120 : 400, 700, 400, 300};
+  const mix_params p = e->info.head_dim == 128 ? p128 : p512;
+  const scen_config c = config(e, be, l, p.num_pool, scale);
+  scenario *s = scen_create(&c);
+  serving_mix(s, l, &p);
+  log_stats("serving mix", s);
+  cr_assert_gt(scen_get_stats(s).windows_checked, 20);
+  scen_destroy(s);
+}
+
+BOTH_SUITES(sc_serving_mix, serving_mix, h128_f32, 1.0f)
+Test(cpu, scen_serving_mix_bf16_state_ring256) { sc_serving_mix(&h128_bf16, BACKEND_CPU, &RING256, 60.0f); }
+Test(cpu, scen_serving_mix_h512_ring256) { sc_serving_mix(&h512_f32, BACKEND_CPU, &RING256, 1.0f); }
+Test(gpu, scen_serving_mix_h512_ring256) { sc_serving_mix(&h512_f32, BACKEND_GPU, &RING256, 1.0f); }
+Test(gpu, scen_serving_mix_h512_bf16_state_page_table) { sc_serving_mix(&h512_bf16, BACKEND_GPU, &PAGE_TABLE, 60.0f); }
+
+/* ---- padded plan arrays: the same run with plans padded to capacity gives the same bits ---- */
+
+static void sc_padded_plans(const instance_entry *e, backend be, const layout_case *l, float scale) {
+  require_backend(be);
+  const mix_params p = {6, 4, 40, 300, 200, 200};
+  scen_config c = config(e, be, l, p.num_pool, scale);
+  c.seed = scen_fresh_seed();
+  c.keep_outputs = 1;
+  scenario *plain = scen_create(&c);
+  c.pad_plans = 1;
+  scenario *padded = scen_create(&c);
+  serving_mix(plain, l, &p);
+  serving_mix(padded, l, &p);
+  const scen_stats a = scen_get_stats(plain), b = scen_get_stats(padded);
+  cr_assert(a.windows_checked > 0 && a.windows_checked == b.windows_checked && a.writes == b.writes);
+  cr_assert_eq(scen_num_requests(plain), scen_num_requests(padded));
+  for (int id = 0; id < scen_num_requests(plain); ++id)
+    for (int64_t w = 0; scen_window(plain, id, w); ++w) {
+      const float *y = scen_window(padded, id, w);
+      cr_assert(y && memcmp(scen_window(plain, id, w), y, (size_t)e->info.head_dim * sizeof(float)) == 0,
+                "request %d window %lld differs with padded plans (seed %llu)", id, (long long)w,
+                (unsigned long long)c.seed);
+    }
+  size_t bytes_a, bytes_b;
+  const void *sa = scen_state(plain, &bytes_a), *sb = scen_state(padded, &bytes_b);
+  cr_assert(bytes_a == bytes_b && memcmp(sa, sb, bytes_a) == 0, "final states differ (seed %llu)",
+            (unsigned long long)c.seed);
+  log_stats("padded plans", padded);
+  scen_destroy(plain);
+  scen_destroy(padded);
+}
+
+BOTH_SUITES(sc_padded_plans, padded_plans_identical, h512_f32, 1.0f)
+
+/* ---- bf16 vs f32 state over serving-like shapes (SPEC 8, 9) ------------------------------- */
+
+/* decode bs 1..16 at seq 128; prefill bs 1 with 1, 4, 6, 28, 284..289, 512 tokens; bs 2 with
+   142..145 tokens each. Every prefill is followed by an extend past the next boundary, so that
+   the state's rows are read (and rounded, for a bf16 state). */
+static void serving_shapes(scenario *s) {
+  rng r = schedule_rng(s);
+  int id[16];
+  scen_item items[16];
+  for (int bs = 1; bs <= 16; ++bs) {
+    open_requests(s, &r, bs, 16, id);
+    for (int i = 0; i < bs; ++i) items[i] = (scen_item){id[i], 127, 127};
+    scen_extend(s, items, bs, 0);
+    scen_decode(s, id, bs); /* seq 128: every request completes window 0 from 127 state rows */
+    for (int i = 0; i < bs; ++i) scen_close(s, id[i]);
+  }
+  static const int single[] = {1, 4, 6, 28, 284, 285, 286, 287, 288, 289, 512};
+  for (size_t k = 0; k < sizeof single / sizeof single[0]; ++k) {
+    open_requests(s, &r, 1, 16, id);
+    extend_one(s, id[0], single[k]);
+    extend_one(s, id[0], W - single[k] % W + 5);
+    scen_close(s, id[0]);
+  }
+  for (int L = 142; L <= 145; ++L) {
+    open_requests(s, &r, 2, 16, id);
+    for (int i = 0; i < 2; ++i) items[i] = (scen_item){id[i], L, L};
+    scen_extend(s, items, 2, 0);
+    for (int i = 0; i < 2; ++i) items[i] = (scen_item){id[1 - i], 2 * W - L - 1, 2 * W - L - 1};
+    scen_extend(s, items, 2, 0);
+    scen_decode(s, id, 2); /* completes window 1 through the decode path */
+    for (int i = 0; i < 2; ++i) scen_close(s, id[i]);
+  }
+}
+
+static void sc_bf16_vs_f32(const instance_entry *unused, backend be, const layout_case *l, float scale) {
+  (void)unused;
+  require_backend(be);
+  scen_config c = config(&h512_f32, be, l, 16, scale);
+  c.seed = scen_fresh_seed();
+  c.keep_outputs = 1;
+  scenario *f32 = scen_create(&c);
+  c.entry = &h512_bf16;
+  scenario *bf16 = scen_create(&c);
+  serving_shapes(f32); /* each run checks its windows against the oracle on its own rounding */
+  serving_shapes(bf16);
+  double worst = 0.0;
+  int64_t windows = 0;
+  cr_assert_eq(scen_num_requests(f32), scen_num_requests(bf16));
+  for (int id = 0; id < scen_num_requests(f32); ++id)
+    for (int64_t w = 0; scen_window(f32, id, w); ++w, ++windows) {
+      const float *x = scen_window(f32, id, w), *y = scen_window(bf16, id, w);
+      cr_assert_not_null(y);
+      for (int ch = 0; ch < 512; ++ch) {
+        const double d = x[ch] > y[ch] ? x[ch] - y[ch] : y[ch] - x[ch];
+        if (d > worst) worst = d;
+      }
+    }
+  cr_assert_eq(windows, scen_get_stats(f32).windows_checked);
+  cr_assert(worst <= 0.1, "bf16 and f32 state outputs differ by %.3g > 0.1 (seed %llu)", worst,
+            (unsigned long long)c.seed);
+  cr_log_info("bf16 vs f32 state: %lld windows, max |diff| %.3g", (long long)windows, worst);
+  scen_destroy(f32);
+  scen_destroy(bf16);
+}
+
+Test(cpu, scen_bf16_vs_f32_state_legacy) { sc_bf16_vs_f32(NULL, BACKEND_CPU, &LEGACY, 1.0f); }
+Test(cpu, scen_bf16_vs_f32_state_page_table) { sc_bf16_vs_f32(NULL, BACKEND_CPU, &PAGE_TABLE, 1.0f); }
+Test(gpu, scen_bf16_vs_f32_state_legacy) { sc_bf16_vs_f32(NULL, BACKEND_GPU, &LEGACY, 1.0f); }
+Test(gpu, scen_bf16_vs_f32_state_ring256) { sc_bf16_vs_f32(NULL, BACKEND_GPU, &RING256, 1.0f); }
+Test(gpu, scen_bf16_vs_f32_state_page_table) { sc_bf16_vs_f32(NULL, BACKEND_GPU, &PAGE_TABLE, 1.0f); }
+
+/* ---- the planner: statuses, untouched arrays on refusal, bytes against SPEC 5 -------------- */
+
+enum { PLAN_POISON = 0x5A, MAX_CAP = 70000 };
+
+typedef struct plan_arrays {
+  c128_compress_plan *c;
+  c128_write_plan *w;
+} plan_arrays;
+
+static plan_arrays plan_arrays_make(int64_t cap) {
+  plan_arrays a;
+  a.c = aligned_alloc(16, (size_t)(cap > 0 ? cap : 1) * sizeof *a.c);
+  a.w = aligned_alloc(16, (size_t)(cap > 0 ? cap : 1) * sizeof *a.w);
+  cr_assert(a.c && a.w);
+  memset(a.c, PLAN_POISON, (size_t)(cap > 0 ? cap : 1) * sizeof *a.c);
+  memset(a.w, PLAN_POISON, (size_t)(cap > 0 ? cap : 1) * sizeof *a.w);
+  return a;
+}
+
+static int untouched(const void *p, size_t bytes) {
+  for (size_t i = 0; i < bytes; ++i)
+    if (((const unsigned char *)p)[i] != PLAN_POISON) return 0;
+  return 1;
+}
+
+/* c128_plan_prefill refuses with `want`, writes neither the arrays nor the counts, and SPEC 5 as
+   written in scenario.c agrees (spec = 0 for argument errors it does not model). */
+static void expect_prefill_refused(const c128_ring *ring, const c128_request *q, int64_t n, int verify,
+                                   int64_t cap, c128_status want, int spec) {
+  plan_arrays a = plan_arrays_make(cap);
+  c128_prefill_plans p;
+  memset(&p, 0, sizeof p);
+  p.compress = a.c, p.write = a.w, p.capacity = cap, p.pad_to_capacity = 1;
+  p.num_compress = p.num_write = -7;
+  const c128_status st = c128_plan_prefill(ring, q, n, verify, &p);
+  cr_assert_eq(st, want, "planner: got %s, want %s", c128_status_string(st), c128_status_string(want));
+  const size_t k = (size_t)(cap > 0 ? cap : 1);
+  cr_assert(untouched(a.c, k * sizeof *a.c) && untouched(a.w, k * sizeof *a.w), "a refused call wrote plans");
+  cr_assert(p.num_compress == -7 && p.num_write == -7, "a refused call wrote the counts");
+  if (spec) {
+    int64_t nc, nw;
+    plan_arrays b = plan_arrays_make(cap);
+    const c128_status sp = spec_plan_prefill(ring, q, n, verify, cap, b.c, &nc, b.w, &nw);
+    cr_assert_eq(sp, want, "SPEC 5: got %s, want %s", c128_status_string(sp), c128_status_string(want));
+    free(b.c), free(b.w);
+  }
+  free(a.c), free(a.w);
+}
+
+static void expect_prefill_ok(const c128_ring *ring, const c128_request *q, int64_t n, int verify, int64_t cap) {
+  plan_arrays a = plan_arrays_make(cap);
+  c128_prefill_plans p;
+  memset(&p, 0, sizeof p);
+  p.compress = a.c, p.write = a.w, p.capacity = cap;
+  const c128_status st = c128_plan_prefill(ring, q, n, verify, &p);
+  cr_assert_eq(st, C128_SUCCESS, "planner: %s", c128_status_string(st));
+  free(a.c), free(a.w);
+}
+
+static void expect_decode_refused(const c128_ring *ring, const c128_request *q, int64_t n, c128_status want) {
+  c128_decode_plan *d = aligned_alloc(16, (size_t)n * sizeof *d);
+  cr_assert_not_null(d);
+  memset(d, PLAN_POISON, (size_t)n * sizeof *d);
+  const c128_status st = c128_plan_decode(ring, q, n, d);
+  cr_assert_eq(st, want, "decode planner: got %s, want %s", c128_status_string(st), c128_status_string(want));
+  cr_assert(untouched(d, (size_t)n * sizeof *d), "a refused decode call wrote plans");
+  cr_assert_eq(spec_plan_decode(ring, q, n, d), want);
+  free(d);
+}
+
+static c128_ring ring_make(int R, int speculative, int64_t pages) {
+  c128_ring r;
+  memset(&r, 0, sizeof r);
+  r.ring_tokens = R;
+  r.speculative = speculative;
+  r.state_pages = pages;
+  return r;
+}
+
+Test(cpu, planner_refuses_bad_batches) {
+  c128_ring legacy = ring_make(0, 0, 4); /* pool rows 0..3 */
+  const c128_request ok = {1, 300, 300};
+  /* each bad request comes after a good one: no partial output */
+  c128_request q[2] = {ok, {0, 5, 6}};
+  expect_prefill_refused(&legacy, q, 2, 0, 400, C128_ERROR_EXTEND_EXCEEDS_SEQ, 1);
+  q[1] = (c128_request){0, 5, 0};
+  expect_prefill_refused(&legacy, q, 2, 0, 400, C128_ERROR_EMPTY_EXTEND, 1);
+  q[1] = (c128_request){0, -1, 1};
+  expect_prefill_refused(&legacy, q, 2, 0, 400, C128_ERROR_NEGATIVE_SIZE, 1);
+  q[1] = (c128_request){4, 10, 10}; /* pool row 4 of a 4-page legacy state */
+  expect_prefill_refused(&legacy, q, 2, 0, 400, C128_ERROR_POOL_INDEX_OUT_OF_RANGE, 1);
+  q[1] = (c128_request){-1, 10, 10};
+  expect_prefill_refused(&legacy, q, 2, 0, 400, C128_ERROR_POOL_INDEX_OUT_OF_RANGE, 1);
+  q[1] = (c128_request){0, 10, 2}; /* verify with 2 drafts on a non-speculative ring */
+  expect_prefill_refused(&legacy, q + 1, 1, 1, 400, C128_ERROR_TOO_MANY_DRAFTS, 1);
+  q[1] = (c128_request){0, 10, 1};
+  expect_prefill_ok(&legacy, q + 1, 1, 1, 1);
+  expect_prefill_ok(&legacy, (c128_request[]){{0, 10, 2}}, 1, 0, 2); /* the same as a plain extend */
+
+  /* more than 65536 input rows; exactly 65536 is fine */
+  c128_request big[2] = {{0, 40000, 40000}, {1, 30000, 25537}};
+  expect_prefill_refused(&legacy, big, 2, 0, MAX_CAP, C128_ERROR_TOO_MANY_ROWS, 1);
+  big[1].extend_len = 25536;
+  expect_prefill_ok(&legacy, big, 2, 0, C128_MAX_PREFILL_ROWS);
+
+  /* capacity: 300 tokens from 0 persist 44 rows (256..299) and compress 2 windows */
+  expect_prefill_refused(&legacy, &ok, 1, 0, 43, C128_ERROR_CAPACITY_TOO_SMALL, 1);
+  expect_prefill_ok(&legacy, &ok, 1, 0, 44);
+  expect_prefill_refused(&legacy, (c128_request[]){{0, 256, 256}}, 1, 0, 1, C128_ERROR_CAPACITY_TOO_SMALL, 1);
+
+  /* speculative R = 256: at most 130 drafts in a verify batch, no limit on a plain extend */
+  c128_ring spec = ring_make(256, 1, 6);
+  c128_request v[2] = {{2, 200, 10}, {0, 126 + 131, 131}};
+  expect_prefill_refused(&spec, v, 2, 1, 400, C128_ERROR_TOO_MANY_DRAFTS, 1);
+  v[1] = (c128_request){0, 126 + 130, 130};
+  expect_prefill_ok(&spec, v, 2, 1, 400);
+  v[1] = (c128_request){0, 126 + 131, 131};
+  expect_prefill_ok(&spec, v, 2, 0, 400);
+  /* R = 256 over an odd page count: pool row 2 owns pages 4 and 5, page 5 is missing */
+  c128_ring odd = ring_make(256, 0, 5);
+  expect_prefill_ok(&odd, (c128_request[]){{2, 128, 128}}, 1, 0, 128);
+  expect_prefill_refused(&odd, (c128_request[]){{2, 129, 129}}, 1, 0, 200, C128_ERROR_POOL_INDEX_OUT_OF_RANGE, 1);
+
+  /* page table: row 0 complete, row 1 has its second page unallocated, row 2 names page 99 */
+  const int32_t table[3 * 3] = {5, 2, -1, 0, -1, -1, 1, 99, -1};
+  c128_ring pt = ring_make(256, 1, 6);
+  pt.page_table = table, pt.page_table_stride = 3, pt.num_pool = 3;
+  expect_prefill_ok(&pt, (c128_request[]){{1, 128, 128}}, 1, 0, 128); /* never touches the hole */
+  expect_prefill_refused(&pt, (c128_request[]){{0, 64, 64}, {1, 200, 200}}, 2, 0, 300, C128_ERROR_PAGE_OUT_OF_RANGE, 1);
+  expect_prefill_refused(&pt, (c128_request[]){{2, 300, 300}}, 1, 0, 300, C128_ERROR_PAGE_OUT_OF_RANGE, 1);
+  expect_prefill_refused(&pt, (c128_request[]){{3, 10, 10}}, 1, 0, 300, C128_ERROR_POOL_INDEX_OUT_OF_RANGE, 1);
+  /* a window ending at 383 lies on page index 0, but its read_page_0 (position 255) is the hole */
+  expect_prefill_refused(&pt, (c128_request[]){{1, 384, 1}}, 1, 0, 4, C128_ERROR_PAGE_OUT_OF_RANGE, 1);
+
+  /* argument errors */
+  c128_prefill_plans p;
+  memset(&p, 0, sizeof p);
+  cr_assert_eq(c128_plan_prefill(NULL, &ok, 1, 0, &p), C128_ERROR_NULL_POINTER);
+  cr_assert_eq(c128_plan_prefill(&legacy, &ok, 1, 0, NULL), C128_ERROR_NULL_POINTER);
+  cr_assert_eq(c128_plan_prefill(&legacy, NULL, 1, 0, &p), C128_ERROR_NULL_POINTER);
+  p.capacity = 100; /* arrays missing */
+  cr_assert_eq(c128_plan_prefill(&legacy, &ok, 1, 0, &p), C128_ERROR_NULL_POINTER);
+  expect_prefill_refused(&legacy, &ok, -1, 0, 400, C128_ERROR_NEGATIVE_SIZE, 0);
+  c128_ring bad = ring_make(100, 0, 4);
+  expect_prefill_refused(&bad, &ok, 1, 0, 400, C128_ERROR_INVALID_RING, 0);
+  bad = pt, bad.page_table_stride = 1; /* fewer entries per row than R / 128 */
+  expect_prefill_refused(&bad, &ok, 1, 0, 400, C128_ERROR_INVALID_RING, 0);
+
+  /* decode: one bad request anywhere refuses the batch; seq_len 0 is a padding row */
+  c128_request d[3] = {{1, 10, 1}, {0, 0, 0}, {4, 10, 1}};
+  expect_decode_refused(&legacy, d, 3, C128_ERROR_POOL_INDEX_OUT_OF_RANGE);
+  d[2] = (c128_request){1, 200, 1};
+  expect_decode_refused(&pt, d, 3, C128_ERROR_PAGE_OUT_OF_RANGE);
+  d[1] = (c128_request){-5, 0, 0}, d[2] = (c128_request){1, 0, 0};
+  c128_decode_plan out[3];
+  cr_assert_eq(c128_plan_decode(&pt, d, 3, out), C128_SUCCESS);
+  cr_assert(out[1].seq_len == 0 && out[1].write_loc == -1 && out[2].seq_len == 0 && out[2].write_loc == -1);
+}
+
+/* What SPEC 5 says a batch persists, stated the second way: the trailing partial window, plus
+   the last min(extend_len, pad) tokens with speculation. */
+static void check_persisted(const c128_ring *ring, const c128_request *q, int64_t n, const c128_write_plan *w,
+                            int64_t nw) {
+  const int64_t R = ring->ring_tokens ? ring->ring_tokens : W, pad = ring->speculative ? R - W + 2 : 0;
+  int64_t k = 0, base = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t seq = q[i].seq_len, ext = q[i].extend_len, prefix = seq - ext;
+    for (int64_t pos = prefix; pos < seq; ++pos) {
+      const int tail = pos >= seq - seq % W, last = pos >= seq - (ext < pad ? ext : pad);
+      if (!tail && !last) continue;
+      cr_assert(k < nw && w[k].ragged_id == (uint32_t)(base + pos - prefix),
+                "request %lld position %lld (seq %lld, extend %lld) must be persisted", (long long)i, (long long)pos,
+                (long long)seq, (long long)ext);
+      ++k;
+    }
+    base += ext;
+  }
+  cr_assert_eq(k, nw, "more rows persisted than SPEC 5 says");
+}
+
+Test(cpu, planner_matches_spec_random) {
+  rng r = rng_fresh();
+  int32_t table[16 * 6];
+  int64_t checked = 0, refused = 0;
+  for (int iter = 0; iter < 4000; ++iter) {
+    static const int rings[4] = {128, 256, 384, 512};
+    const int R = rings[uniform(&r, 0, 3)], per = R / W, spec = uniform(&r, 0, 1);
+    const int use_table = uniform(&r, 0, 2) == 0, num_pool = uniform(&r, 1, 16);
+    c128_ring ring = ring_make(R == W && uniform(&r, 0, 1) ? 0 : R, spec, 0);
+    if (use_table) {
+      const int stride = per + uniform(&r, 0, 1);
+      ring.state_pages = uniform(&r, 1, 40);
+      for (int i = 0; i < num_pool * stride; ++i) {
+        const int u = uniform(&r, 0, 99); /* mostly good pages, some holes, a few beyond */
+        table[i] = u < 90 ? uniform(&r, 0, (int)ring.state_pages - 1) : u < 97 ? -1 : (int)ring.state_pages + u;
+      }
+      ring.page_table = table, ring.page_table_stride = stride, ring.num_pool = num_pool;
+    } else {
+      ring.state_pages = (int64_t)num_pool * per - (uniform(&r, 0, 9) == 0); /* sometimes one page short */
+    }
+    const int verify = uniform(&r, 0, 2) == 0, max_drafts = spec ? R - W + 2 : 1;
+    const int n = uniform(&r, 1, 6);
+    c128_request q[6];
+    int64_t rows = 0;
+    for (int i = 0; i < n; ++i) {
+      const int ext = verify ? uniform(&r, 1, max_drafts) : uniform(&r, 1, 4) == 1 ? uniform(&r, 1, 700) : uniform(&r, 1, 140);
+      const int prefix = uniform(&r, 0, 3) == 0 ? W * uniform(&r, 0, 8) - uniform(&r, 0, 3) + 1 : uniform(&r, 0, 1500);
+      q[i].pool_index = uniform(&r, 0, 30) == 0 ? num_pool + uniform(&r, 0, 3) : uniform(&r, 0, num_pool - 1);
+      q[i].seq_len = (prefix > 0 ? prefix : 0) + ext;
+      q[i].extend_len = ext;
+      rows += ext;
+    }
+    const int64_t cap = uniform(&r, 0, 7) == 0 ? uniform(&r, 0, (int)rows) : rows;
+    plan_arrays a = plan_arrays_make(cap), b = plan_arrays_make(cap);
+    c128_prefill_plans p;
+    memset(&p, 0, sizeof p);
+    p.compress = a.c, p.write = a.w, p.capacity = cap, p.pad_to_capacity = uniform(&r, 0, 1);
+    p.num_compress = p.num_write = -7;
+    int64_t nc = -1, nw = -1;
+    const c128_status got = c128_plan_prefill(&ring, q, n, verify, &p);
+    const c128_status want = spec_plan_prefill(&ring, q, n, verify, cap, b.c, &nc, b.w, &nw);
+    cr_assert_eq(got, want, "iteration %d: planner %s, SPEC 5 %s (seed %llu)", iter, c128_status_string(got),
+                 c128_status_string(want), (unsigned long long)r.seed);
+    if (got != C128_SUCCESS) {
+      const size_t k = (size_t)(cap > 0 ? cap : 1);
+      cr_assert(untouched(a.c, k * sizeof *a.c) && untouched(a.w, k * sizeof *a.w) && p.num_compress == -7);
+      ++refused;
+    } else {
+      cr_assert(p.num_compress == nc && p.num_write == nw, "iteration %d: counts (seed %llu)", iter,
+                (unsigned long long)r.seed);
+      cr_assert(memcmp(a.c, b.c, (size_t)nc * sizeof *a.c) == 0 && memcmp(a.w, b.w, (size_t)nw * sizeof *a.w) == 0,
+                "iteration %d: plan bytes differ from SPEC 5 (seed %llu)", iter, (unsigned long long)r.seed);
+      const c128_compress_plan no_c = C128_INVALID_COMPRESS_PLAN;
+      const c128_write_plan no_w = C128_INVALID_WRITE_PLAN;
+      for (int64_t k = nc; k < cap; ++k)
+        cr_assert(p.pad_to_capacity ? memcmp(&a.c[k], &no_c, sizeof no_c) == 0 : untouched(&a.c[k], sizeof no_c));
+      for (int64_t k = nw; k < cap; ++k)
+        cr_assert(p.pad_to_capacity ? memcmp(&a.w[k], &no_w, sizeof no_w) == 0 : untouched(&a.w[k], sizeof no_w));
+      check_persisted(&ring, q, n, a.w, nw);
+      ++checked;
+    }
+    /* the decode planner on the same requests, one token each */
+    for (int i = 0; i < n; ++i) q[i].seq_len = uniform(&r, 0, 5) == 0 ? 0 : q[i].seq_len;
+    c128_decode_plan dg[6], dw[6];
+    memset(dg, PLAN_POISON, sizeof dg);
+    const c128_status dgot = c128_plan_decode(&ring, q, n, dg), dwant = spec_plan_decode(&ring, q, n, dw);
+    cr_assert_eq(dgot, dwant, "decode iteration %d (seed %llu)", iter, (unsigned long long)r.seed);
+    if (dgot == C128_SUCCESS) cr_assert(memcmp(dg, dw, (size_t)n * sizeof dg[0]) == 0, "decode plan bytes");
+    else cr_assert(untouched(dg, sizeof dg));
+    free(a.c), free(a.w), free(b.c), free(b.w);
+  }
+  cr_assert(checked > 1000 && refused > 100, "%lld planned, %lld refused", (long long)checked, (long long)refused);
+  cr_log_info("planner vs SPEC 5: %lld batches planned, %lld refused, all identical", (long long)checked,
+              (long long)refused);
+}
+
+/* SPEC 5's safety claim, exhaustively, on the planner's own write plans: for every prefix (two
+   laps of the ring), every n_draft the planner accepts and every acceptance, the committed
+   positions of the open window after the batch are in their slots, given that those of the open
+   window before it were. Slot contents are modelled as positions. Then the limit is shown tight:
+   one more row in a plain extend of the same shape loses a committed token at prefix = 126 mod
+   128 with one accepted. */
+static int verify_losses(int R, int n_draft, int64_t prefix, int use_verify, int *lost_accept) {
+  c128_ring ring = ring_make(R, 1, R / W);
+  int64_t holds[512];
+  for (int i = 0; i < R; ++i) holds[i] = -1;
+  for (int64_t pos = prefix - prefix % W; pos < prefix; ++pos) holds[pos % R] = pos;
+  c128_compress_plan c[300];
+  c128_write_plan w[300];
+  c128_prefill_plans p;
+  memset(&p, 0, sizeof p);
+  p.compress = c, p.write = w, p.capacity = 300;
+  const c128_request q = {0, (int32_t)(prefix + n_draft), n_draft};
+  cr_assert_eq(c128_plan_prefill(&ring, &q, 1, use_verify, &p), C128_SUCCESS);
+  for (int64_t k = 0; k < p.num_write; ++k) {
+    cr_assert_eq(w[k].write_loc, (int32_t)((prefix + w[k].ragged_id) % R));
+    holds[w[k].write_loc] = prefix + w[k].ragged_id;
+  }
+  /* bad[x]: position x of [open start, prefix + n_draft) is not in its slot */
+  int bad_before[300 + W];
+  const int64_t lo = prefix - prefix % W;
+  int acc = 0;
+  for (int64_t pos = lo; pos < prefix + n_draft; ++pos) {
+    bad_before[pos - lo] = acc;
+    acc += holds[pos % R] != pos;
+  }
+  bad_before[prefix + n_draft - lo] = acc;
+  for (int a = 1; a <= n_draft; ++a) {
+    const int64_t end = prefix + a, open = end - end % W;
+    if (bad_before[end - lo] - bad_before[open - lo] != 0) {
+      *lost_accept = a;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+Test(cpu, planner_verify_never_loses_a_committed_token) {
+  static const int rings[3] = {128, 256, 384};
+  int64_t cases = 0;
+  for (int ri = 0; ri < 3; ++ri) {
+    const int R = rings[ri], max_drafts = R - W + 2;
+    for (int64_t prefix = 0; prefix < 2 * R; ++prefix)
+      for (int n = 1; n <= max_drafts; ++n, ++cases) {
+        int a = 0;
+        cr_assert(!verify_losses(R, n, prefix, 1, &a),
+                  "R %d, prefix %lld, %d drafts, %d accepted: a committed token is not in the ring", R,
+                  (long long)prefix, n, a);
+      }
+    int a = 0;
+    cr_assert(verify_losses(R, max_drafts + 1, 2 * W + 126, 0, &a) && a == 1,
+              "R %d: %d rows at prefix 126 mod 128 should lose a token with one accepted", R, max_drafts + 1);
+  }
+  cr_log_info("speculative verify: %lld (R, prefix, n_draft) cases, every acceptance, no committed token lost",
+              (long long)cases);
+}
