@@ -39,6 +39,13 @@
      points (c128_decode, c128_prefill, ...) dispatch on (head_dim, dtypes) from their argument
      struct; the typed ones (c128_decode_h512_f32_f32_f32, ...) check that the struct agrees.
 
+   PLANS
+     c128_plan_prefill / c128_plan_decode turn (pool index, seq_len, extend_len) per request
+     into plans for the legacy layout, a request ring (R = 128, 256, ...) or a page table, with
+     or without speculative decoding; a verify batch with more drafts than the ring can persist
+     is refused. c128_plan_*_device compute the same bytes on the GPU for CUDA graphs.
+     c128_check_*_plans reports the first bad plan of a batch built elsewhere.
+
    ERRORS
      Every entry point returns a c128_status; c128_status_string() names it. All arguments are
      checked on the host before anything is launched; a failed check launches and writes nothing.
@@ -47,9 +54,11 @@
      outside the state, input, output and plan arrays.
 
    PDL, STREAMS, GRAPHS, THREADS
-     Calls allocate nothing, synchronise nothing and keep no global state: every launch is
-     ordered on the caller's stream and can be captured in a CUDA graph. Calls on different
-     streams are independent as long as they share no state pages or output rows. With
+     Launches allocate nothing, synchronise nothing and keep no global state: every launch is
+     ordered on the caller's stream and can be captured in a CUDA graph. Any host thread may
+     call any entry point at any time; calls on different streams are independent as long as
+     they write no common state pages or output rows (reading shared ape or input is fine).
+     Within a stream, a decode or prefill reads the state its predecessors wrote. With
      args.pdl != 0 the kernels are launched with programmatic stream serialisation: each one
      waits (griddepcontrol.wait) before it reads plans, input or state and before its first
      state write, so it may start while its predecessor drains. A kernel you launch after ours
@@ -64,10 +73,13 @@
      results are bit-identical unless the device code is built with --use_fast_math / -ftz=true
      or the host code with FMA contraction (-ffp-contract=fast with an FMA-capable -march).
      Non-finite input: a score of -inf gives its row weight 0; a channel whose 128 scores are all
-     -inf, or that holds +inf or NaN, produces NaN; kv values propagate by IEEE rules.
+     -inf, or that holds +inf or NaN, produces NaN; kv values propagate by IEEE rules (an
+     infinite kv gives +-inf, or NaN where its weight underflows to 0). Host and device agree
+     on which outputs are NaN, not on the NaN bit patterns.
 
    REVISION HISTORY
-     0.1.0 (2026-11-29) first release: kernels, host runner, planner, C API.
+     0.1.0 (2026-11-29) first release: kernels, host runner with race checker, host and device
+                        planners, plan checker, C API.
 
    LICENSE: MIT, at the end of this file.
 */

@@ -112,6 +112,19 @@ static void random_plans(rng *r, c128_decode_plan *d, c128_compress_plan *c, c12
   }
 }
 
+/* Random plans may race: two writes to one slot, or a decode write into a page another decode
+   block compresses. The GPU then picks an arbitrary winner, so only race-free plans can be
+   compared with the host runner: drop every plan that shares a slot or page with an earlier one. */
+static void drop_races(c128_decode_plan *d, c128_write_plan *w) {
+  for (int i = 0; i < HROWS; ++i)
+    for (int j = 0; j < i; ++j) {
+      if (w[j].write_loc == w[i].write_loc) w[i].write_loc = -1;
+      const int32_t pi = d[i].write_loc / 128, pj = d[j].write_loc / 128;
+      if (pi == pj || pi == d[j].read_page_1 || d[i].read_page_1 == pj || d[i].read_page_1 == d[j].read_page_1)
+        d[i].seq_len = 0;
+    }
+}
+
 /* A buffer with GUARD canary bytes on both sides. */
 typedef struct guarded {
   char *base;
@@ -149,6 +162,8 @@ Test(gpu, random_plan_bytes_stay_inside_the_buffers) {
     rows_fill(input, HROWS, HD, C128_F32, &r, 1.0f);
     poison(out, out_bytes);
     random_plans(&r, d, c, w);
+    const int comparable = round % 4 != 3; /* every fourth round keeps its races: canaries only */
+    if (comparable) drop_races(d, w);
     c128_shared_layout layout = {0, 0, 0};
     if (below(&r, 3) == 0) layout = (c128_shared_layout){(int32_t)below(&r, 2), 2, (int32_t)(1 + below(&r, 3))};
     const int decode = round % 2;
@@ -182,6 +197,7 @@ Test(gpu, random_plan_bytes_stay_inside_the_buffers) {
     guarded_take(&gi, input), guarded_take(&ga, ape), guarded_take(&gd, scratch), guarded_take(&gc, scratch);
     guarded_take(&gw, scratch);
     /* The device skipped exactly what the host runner skipped (same code, same bits). */
+    if (!comparable) continue;
     cr_assert(memcmp(gpu_state, state, state_bytes) == 0, "round %d: GPU and host state differ", round);
     cr_assert(memcmp(gpu_out, out, out_bytes) == 0, "round %d: GPU and host outputs differ", round);
   }
