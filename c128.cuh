@@ -1033,16 +1033,34 @@ typedef struct c128__shadow {
 } c128__shadow;
 
 enum { C128__STATE_REGION, C128__OUTPUT_REGION, C128__REGIONS };
+#define C128__SHADOW_CHUNK 4096 /* elements per piece of shadow, allocated when first touched */
 
 struct c128__checker {
   const char *base[C128__REGIONS];
   size_t bytes[C128__REGIONS];
-  c128__shadow *shadow[C128__REGIONS];
+  c128__shadow **chunks[C128__REGIONS];
+  size_t num_chunks[C128__REGIONS];
   int32_t block, tid, phase;
-  int raced;
+  int raced, out_of_memory;
   char *message;
   size_t message_size;
 };
+
+static c128__shadow *c128__shadow_of(c128__checker *c, int region, size_t elem) {
+  c128__shadow **chunk = &c->chunks[region][elem / C128__SHADOW_CHUNK];
+  if (!*chunk && !(*chunk = (c128__shadow *)calloc(C128__SHADOW_CHUNK, sizeof(c128__shadow)))) {
+    c->out_of_memory = 1;
+    return NULL;
+  }
+  return *chunk + elem % C128__SHADOW_CHUNK;
+}
+
+static void c128__checker_free(c128__checker *c) {
+  for (int r = 0; r < C128__REGIONS; ++r) {
+    for (size_t k = 0; c->chunks[r] && k < c->num_chunks[r]; ++k) free(c->chunks[r][k]);
+    free(c->chunks[r]);
+  }
+}
 
 static void c128__race(c128__checker *c, const char *what, int region, size_t elem, int32_t block, int tid) {
   if (c->raced++ || !c->message || !c->message_size) return;
@@ -1059,7 +1077,8 @@ static void c128__track(c128__checker *c, const void *addr, int count, int elem_
     const size_t first = (size_t)(a - c->base[region]) / (size_t)elem_size;
     const int32_t block = c->block + 1;
     for (int i = 0; i < count; ++i) {
-      c128__shadow *s = &c->shadow[region][first + (size_t)i];
+      c128__shadow *s = c128__shadow_of(c, region, first + (size_t)i);
+      if (!s) return;
       uint32_t bits = 0;
       memcpy(&bits, (const char *)data + i * elem_size, (size_t)elem_size);
       const int same_phase_other = s->wphase == c->phase && s->wtid != c->tid;
@@ -1104,11 +1123,11 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
     checker.message_size = o->message_size;
     for (int r = 0; r < C128__REGIONS; ++r) {
       const size_t elems = checker.bytes[r] / (size_t)c128__elem_size(r == C128__STATE_REGION ? t.buf : t.out);
-      checker.shadow[r] = (c128__shadow *)calloc(elems ? elems : 1, sizeof(c128__shadow));
+      checker.num_chunks[r] = (elems + C128__SHADOW_CHUNK - 1) / C128__SHADOW_CHUNK;
+      checker.chunks[r] = (c128__shadow **)calloc(checker.num_chunks[r] + 1, sizeof(c128__shadow *));
     }
-    if (!checker.shadow[0] || !checker.shadow[1]) {
-      free(checker.shadow[0]);
-      free(checker.shadow[1]);
+    if (!checker.chunks[0] || !checker.chunks[1]) {
+      c128__checker_free(&checker);
       return C128_ERROR_OUT_OF_MEMORY;
     }
     p.checker = &checker;
@@ -1141,8 +1160,8 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
       }
     }
   }
-  free(checker.shadow[0]);
-  free(checker.shadow[1]);
+  c128__checker_free(&checker);
+  if (checker.out_of_memory) return C128_ERROR_OUT_OF_MEMORY;
   return checker.raced ? C128_ERROR_RACE_DETECTED : C128_SUCCESS;
 }
 

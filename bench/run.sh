@@ -11,7 +11,7 @@
 #   BENCH_BUILD           build directory (default /tmp/c128-bench-build)
 #   BENCH_ARCH            sm architecture (default 90)
 #   BENCH_TORCH_BUDGET_S  stop starting PyTorch cases after this many seconds (default 200)
-#   BENCH_NCU=1           also profile three cases with Nsight Compute (ncu --clock-control none)
+#   BENCH_NCU=1           also profile five cases with Nsight Compute (ncu --clock-control none)
 #   BENCH_PLOT=0          skip bench/plot.py
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +39,8 @@ echo "== c128 benchmark: exit $status, $(($(date +%s) - t0)) s"
 
 if [ "${BENCH_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
   # 3 launches per epilogue, two-warp first: skip 2, profile the 3rd (two-warp) and 4th (legacy).
-  for spec in decode_boundary:128:f32 prefill_1req:32768:f32 decode_off:1024:f32; do
+  for spec in decode_boundary:128:f32 decode_boundary:128:bf16 prefill_1req:32768:f32 prefill_1req:32768:bf16 \
+    decode_off:1024:f32; do
     echo "######## $spec"
     ncu --clock-control none --launch-skip 2 --launch-count 2 -k 'regex:c128__(decode|compress)_kernel' \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \

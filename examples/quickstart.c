@@ -49,21 +49,21 @@ static double check_window(const float *out, int req, int window, const float *a
   return sqrt(err / norm);
 }
 
-#define CHECK(call)                                                                                \
-  do {                                                                                             \
-    c128_status st_ = (call);                                                                      \
-    if (st_ != C128_SUCCESS) {                                                                     \
-      fprintf(stderr, "%s failed: %s\n", #call, c128_status_string(st_));                          \
-      exit(1);                                                                                     \
-    }                                                                                              \
+#define CHECK(call)                                                       \
+  do {                                                                    \
+    c128_status st_ = (call);                                             \
+    if (st_ != C128_SUCCESS) {                                            \
+      fprintf(stderr, "%s failed: %s\n", #call, c128_status_string(st_)); \
+      exit(1);                                                            \
+    }                                                                     \
   } while (0)
-#define CUDA(call)                                                                                 \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));                           \
-      exit(1);                                                                                     \
-    }                                                                                              \
+#define CUDA(call)                                                       \
+  do {                                                                   \
+    cudaError_t e_ = (call);                                             \
+    if (e_ != cudaSuccess) {                                             \
+      fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      exit(1);                                                           \
+    }                                                                    \
   } while (0)
 
 static void *upload(void *dst, const void *src, size_t bytes) {
@@ -137,8 +137,8 @@ int main(int argc, char **argv) {
       worst = worse(check_window(output + k * HEAD_DIM, i, w, ape), worst);
     }
   printf("path: %s\n", use_gpu ? "GPU (CUDA kernels)" : "CPU (host runner)");
-  printf("prefill: %d requests, %d tokens -> %lld windows compressed, %lld rows persisted, max rel err %.2e\n",
-         NUM_REQ, rows, (long long)plans.num_compress, (long long)plans.num_write, worst);
+  printf("prefill: %d requests, %d tokens -> %lld windows compressed, %lld rows persisted, max rel err %.2e\n", NUM_REQ,
+         rows, (long long)plans.num_compress, (long long)plans.num_write, worst);
 
   /* 2. Decode: one token per request per step until every request completed one more window. */
   int seq[NUM_REQ], steps = 0, emitted = 0;
@@ -173,8 +173,7 @@ int main(int argc, char **argv) {
       done &= seq[i] / REF_WINDOW > prompt[i] / REF_WINDOW;
     }
   }
-  printf("decode: %d steps x %d requests -> %d windows compressed, max rel err %.2e\n", steps, NUM_REQ, emitted,
-         worst);
+  printf("decode: %d steps x %d requests -> %d windows compressed, max rel err %.2e\n", steps, NUM_REQ, emitted, worst);
   const int ok = worse(prefill_worst, worst) <= 1e-5;
   printf("%s\n", ok ? "all windows match the fp64 reference (rel L2 <= 1e-5)" : "MISMATCH against the reference");
   if (use_gpu) {

@@ -35,21 +35,21 @@ enum { W = C128_WINDOW, RING = 256, MAX_DRAFTS = RING - W + 2, MAX_LIVE = 32, MA
 enum { PREFILL, DECODE, VERIFY, KINDS };
 static const char *const kind_name[KINDS] = {"prefill", "decode", "verify"};
 
-#define CHECK(call)                                                                                \
-  do {                                                                                             \
-    const c128_status st_ = (call);                                                                \
-    if (st_ != C128_SUCCESS) {                                                                     \
-      fprintf(stderr, "%s failed: %s\n", #call, c128_status_string(st_));                          \
-      exit(1);                                                                                     \
-    }                                                                                              \
+#define CHECK(call)                                                       \
+  do {                                                                    \
+    const c128_status st_ = (call);                                       \
+    if (st_ != C128_SUCCESS) {                                            \
+      fprintf(stderr, "%s failed: %s\n", #call, c128_status_string(st_)); \
+      exit(1);                                                            \
+    }                                                                     \
   } while (0)
-#define CUDA(call)                                                                                 \
-  do {                                                                                             \
-    const cudaError_t e_ = (call);                                                                 \
-    if (e_ != cudaSuccess) {                                                                       \
-      fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));                           \
-      exit(1);                                                                                     \
-    }                                                                                              \
+#define CUDA(call)                                                       \
+  do {                                                                   \
+    const cudaError_t e_ = (call);                                       \
+    if (e_ != cudaSuccess) {                                             \
+      fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      exit(1);                                                           \
+    }                                                                    \
   } while (0)
 
 /* ---- the workload ------------------------------------------------------------------------- */
@@ -168,7 +168,9 @@ static void step(sim *s, cudaEvent_t ev[2]) {
      when nobody can generate); otherwise decode or verify, half and half. */
   int waiting = 0;
   for (int i = 0; i < s->live; ++i) waiting += s->req[i].prompt_left > 0;
-  if (waiting == s->live || 4 * waiting >= s->live || (waiting && (s->steps_of[DECODE] + s->steps_of[VERIFY] + s->steps_of[PREFILL]) % 4 == 0)) kind = PREFILL;
+  if (waiting == s->live || 4 * waiting >= s->live ||
+      (waiting && (s->steps_of[DECODE] + s->steps_of[VERIFY] + s->steps_of[PREFILL]) % 4 == 0))
+    kind = PREFILL;
   else if (uniform(0, 1)) kind = VERIFY;
 
   c128_request batch[MAX_LIVE];

@@ -97,10 +97,10 @@ void require_backend(backend be) {
   if (be == BACKEND_GPU && !gpu_present()) cr_skip_test("no CUDA device present: GPU test skipped");
 }
 
-#define CUDA_OK(call)                                                                              \
-  do {                                                                                             \
-    cudaError_t err_ = (call);                                                                     \
-    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_));                    \
+#define CUDA_OK(call)                                                           \
+  do {                                                                          \
+    cudaError_t err_ = (call);                                                  \
+    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_)); \
   } while (0)
 
 static void *to_device(const void *host, size_t bytes) {
@@ -229,8 +229,8 @@ void check_output_row(const void *out, size_t row, c128_dtype out_dtype, const d
   for (int c = 0; c < head_dim; ++c) {
     const double got = elem_get(out, row * (size_t)head_dim + (size_t)c, out_dtype);
     if (isnan(ref[c]) || isnan(got)) {
-      cr_assert(isnan(ref[c]) && isnan(got), "%s channel %d: got %g, oracle %g (seed %llu)", what, c, got,
-                ref[c], (unsigned long long)seed);
+      cr_assert(isnan(ref[c]) && isnan(got), "%s channel %d: got %g, oracle %g (seed %llu)", what, c, got, ref[c],
+                (unsigned long long)seed);
       continue;
     }
     if (isinf(ref[c]) || isinf(got)) { /* an infinite kv with a non-zero weight */
@@ -241,8 +241,8 @@ void check_output_row(const void *out, size_t row, c128_dtype out_dtype, const d
     const double d = fabs(got - ref[c]);
     if (out_dtype == C128_BF16) {
       const double bound = 0.5 * bf16_ulp(ref[c]) + 1e-5 * fabs(ref[c]) + 1e-5;
-      cr_assert(d <= bound, "%s channel %d: got %.9g, oracle %.9g, |diff| %.3g > %.3g (seed %llu)", what, c,
-                got, ref[c], d, bound, (unsigned long long)seed);
+      cr_assert(d <= bound, "%s channel %d: got %.9g, oracle %.9g, |diff| %.3g > %.3g (seed %llu)", what, c, got,
+                ref[c], d, bound, (unsigned long long)seed);
     }
     err2 += d * d;
     ref2 += ref[c] * ref[c];

@@ -32,8 +32,7 @@ void *clone_bytes(const void *src, size_t bytes);
 /* Row `row` of a kv|score tensor widened to f32 (2 * head_dim floats). */
 void row_widen(const void *base, size_t row, int head_dim, c128_dtype dtype, float *dst);
 /* An input row as the state stores it: converted to the state dtype (bits kept when equal). */
-void row_to_state(const void *input, size_t in_row, c128_dtype in_dtype, void *dst, c128_dtype buf_dtype,
-                  int head_dim);
+void row_to_state(const void *input, size_t in_row, c128_dtype in_dtype, void *dst, c128_dtype buf_dtype, int head_dim);
 
 /* Typed entry points of one instance, taken from the table by the test files. */
 typedef struct instance_entry {
@@ -43,9 +42,11 @@ typedef struct instance_entry {
   c128_status (*decode_host)(const c128_decode_args *, const c128_host_options *);
   c128_status (*prefill_host)(const c128_prefill_args *, const c128_host_options *);
 } instance_entry;
-#define INSTANCE_ENTRY(name, D, bt, it, ot, bd, id, od)                                            \
-  {{#name, D, bd, id, od, C128_NUM_SPLIT(D), C128_ROW_ELEMS(D), C128_PAGE_ELEMS(D)},               \
-   c128_decode_##name, c128_prefill_##name, c128_decode_host_##name, c128_prefill_host_##name}
+#define INSTANCE_ENTRY(name, D, bt, it, ot, bd, id, od)                                                   \
+  {                                                                                                       \
+    {#name, D, bd, id, od, C128_NUM_SPLIT(D), C128_ROW_ELEMS(D), C128_PAGE_ELEMS(D)}, c128_decode_##name, \
+        c128_prefill_##name, c128_decode_host_##name, c128_prefill_host_##name                            \
+  }
 
 typedef enum backend { BACKEND_CPU, BACKEND_GPU } backend;
 

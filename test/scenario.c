@@ -237,8 +237,8 @@ static request *req_of(scenario *s, int id) {
 }
 
 int scen_open(scenario *s, int pool_index) {
-  cr_assert(pool_index >= 0 && pool_index < s->cfg.num_pool && s->pool_owner[pool_index] < 0,
-            "pool row %d is not free", pool_index);
+  cr_assert(pool_index >= 0 && pool_index < s->cfg.num_pool && s->pool_owner[pool_index] < 0, "pool row %d is not free",
+            pool_index);
   if (s->num_reqs == s->cap_reqs) {
     s->cap_reqs = s->cap_reqs ? 2 * s->cap_reqs : 16;
     s->reqs = realloc(s->reqs, (size_t)s->cap_reqs * sizeof *s->reqs);
@@ -358,8 +358,7 @@ static void check_window(scenario *s, int id, int64_t window, int buffer_len, co
    were). */
 static void check_written(scenario *s, const char *kind) {
   for (int64_t row = 0; row < s->pages * W; ++row)
-    cr_assert(memcmp(s->state + (size_t)row * s->state_row, s->expect + (size_t)row * s->state_row,
-                     s->state_row) == 0,
+    cr_assert(memcmp(s->state + (size_t)row * s->state_row, s->expect + (size_t)row * s->state_row, s->state_row) == 0,
               "%s, batch %lld: state row %lld (page %lld slot %lld) is not what the plans wrote / left (seed %llu)",
               kind, (long long)s->stats.batches, (long long)row, (long long)(row / W), (long long)(row % W),
               (unsigned long long)s->r.seed);
@@ -385,8 +384,8 @@ static void check_ring(scenario *s, const char *kind) {
 
 static void apply_write(scenario *s, const void *input, int64_t in_row, int64_t state_row) {
   cr_assert(state_row >= 0 && state_row < s->pages * W);
-  row_to_state(input, (size_t)in_row, s->f.input_dtype, s->expect + (size_t)state_row * s->state_row,
-               s->f.state_dtype, s->f.head_dim);
+  row_to_state(input, (size_t)in_row, s->f.input_dtype, s->expect + (size_t)state_row * s->state_row, s->f.state_dtype,
+               s->f.head_dim);
   s->stats.writes++;
 }
 
@@ -414,7 +413,8 @@ static void run_prefill_batch(scenario *s, c128_prefill_args *a, size_t out_byte
   d.ape = s->d_ape.ptr;
   d.input = device_upload(&s->d_input, a->input, (size_t)a->input_rows * s->input_row);
   d.output = device_upload(&s->d_out, a->output, out_bytes);
-  d.compress_plans = device_upload(&s->d_plans_a, a->compress_plans, (size_t)a->num_compress * sizeof(c128_compress_plan));
+  d.compress_plans =
+      device_upload(&s->d_plans_a, a->compress_plans, (size_t)a->num_compress * sizeof(c128_compress_plan));
   d.write_plans = device_upload(&s->d_plans_b, a->write_plans, (size_t)a->num_write * sizeof(c128_write_plan));
   const c128_status st = e->prefill(&d, 0);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
@@ -518,8 +518,8 @@ void scen_extend(scenario *s, const scen_item *items, int n, int verify) {
             (unsigned long long)seed);
   for (int64_t k = 0; k < nc; ++k)
     cr_assert(memcmp(&plans.compress[k], &want_c[k], sizeof want_c[k]) == 0,
-              "compress plan %lld: planner {%u, %u, %u, %d, %d}, SPEC 5 {%u, %u, %u, %d, %d} (seed %llu)",
-              (long long)k, plans.compress[k].seq_len, plans.compress[k].ragged_id, plans.compress[k].buffer_len,
+              "compress plan %lld: planner {%u, %u, %u, %d, %d}, SPEC 5 {%u, %u, %u, %d, %d} (seed %llu)", (long long)k,
+              plans.compress[k].seq_len, plans.compress[k].ragged_id, plans.compress[k].buffer_len,
               plans.compress[k].read_page_0, plans.compress[k].read_page_1, want_c[k].seq_len, want_c[k].ragged_id,
               want_c[k].buffer_len, want_c[k].read_page_0, want_c[k].read_page_1, (unsigned long long)seed);
   for (int64_t k = 0; k < nw; ++k)

@@ -33,15 +33,15 @@ typedef struct scen_config {
   const instance_entry *entry;
   backend be;
   scen_layout layout;
-  int ring_tokens;      /* R (SCEN_LEGACY: 128) */
-  int speculative;      /* the ring's speculative flag */
-  int num_pool;         /* pool rows = live requests at most */
-  float score_scale;    /* scores ~ N(0, scale^2): 1 = randn, 60 = stress the max subtraction */
-  int reverse;          /* CPU: run the blocks of every other launch last to first */
-  int pad_plans;        /* pad plan arrays to capacity = input rows and launch the capacity */
-  int keep_outputs;     /* record every checked window (widened to f32): scen_window */
-  int cross_check;      /* GPU: also run each batch on the host runner; bits must agree */
-  uint64_t seed;        /* 0 = scen_fresh_seed() */
+  int ring_tokens;   /* R (SCEN_LEGACY: 128) */
+  int speculative;   /* the ring's speculative flag */
+  int num_pool;      /* pool rows = live requests at most */
+  float score_scale; /* scores ~ N(0, scale^2): 1 = randn, 60 = stress the max subtraction */
+  int reverse;       /* CPU: run the blocks of every other launch last to first */
+  int pad_plans;     /* pad plan arrays to capacity = input rows and launch the capacity */
+  int keep_outputs;  /* record every checked window (widened to f32): scen_window */
+  int cross_check;   /* GPU: also run each batch on the host runner; bits must agree */
+  uint64_t seed;     /* 0 = scen_fresh_seed() */
 } scen_config;
 
 typedef struct scenario scenario;

@@ -54,8 +54,8 @@ Test(cpu, checker_reports_each_compress_condition) {
     int field;
     uint32_t value;
     const char *text;
-  } cases[] = {{0, 130, "not a multiple of 128"}, {1, ROWS + 1, "input row"},     {1, 5, "before input row 0"},
-               {2, 128, "buffer_len > 127"},      {3, PAGES, "read_page_1"},   {3, (uint32_t)-3, "read_page_1"}};
+  } cases[] = {{0, 130, "not a multiple of 128"}, {1, ROWS + 1, "input row"}, {1, 5, "before input row 0"},
+               {2, 128, "buffer_len > 127"},      {3, PAGES, "read_page_1"},  {3, (uint32_t)-3, "read_page_1"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     c128_compress_plan bad[2] = {cp[0], cp[1]};
     if (cases[i].field == 0) bad[1].seq_len = cases[i].value;
@@ -96,8 +96,8 @@ Test(cpu, checker_reports_each_write_condition) {
 
 Test(cpu, checker_reports_decode_conditions) {
   const c128_decode_plan good[3] = {{128, 127, 0, 0}, {0, -1, -1, -1}, {300, 2 * 128 + 43, 1, 2}};
-  const c128_decode_plan bad[] = {{256, 3 * 128 + 127, 3, 2}, {256, 127, 0, 0}, {5, PAGES * 128 + 4, 0, 0},
-                                  {256, 2 * 128 + 127, 2, PAGES + 2}};
+  const c128_decode_plan bad[] = {
+      {256, 3 * 128 + 127, 3, 2}, {256, 127, 0, 0}, {5, PAGES * 128 + 4, 0, 0}, {256, 2 * 128 + 127, 2, PAGES + 2}};
   const char *text[] = {"not row 127 of read page", "writes state row", "write slot", "read_page_1"};
   c128_decode_args a = {0};
   a.head_dim = D, a.state_pages = PAGES, a.output_rows = 4, a.batch = 4;

@@ -7,10 +7,10 @@
 
 #include "harness.h"
 
-#define CUDA_OK(call)                                                                              \
-  do {                                                                                             \
-    cudaError_t err_ = (call);                                                                     \
-    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_));                    \
+#define CUDA_OK(call)                                                           \
+  do {                                                                          \
+    cudaError_t err_ = (call);                                                  \
+    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_)); \
   } while (0)
 
 static void *dev_alloc(size_t bytes) {
@@ -73,19 +73,36 @@ static void random_batch(rng *r, batch *b, int decode) {
     c128_request *q = &b->req[i];
     q->pool_index = pool[i];
     if (decode) q->seq_len = (int32_t)below(r, 700), q->extend_len = 1;
-    else if (b->verify) q->extend_len = (int32_t)(1 + below(r, 130)), q->seq_len = q->extend_len + (int32_t)below(r, 600);
-    else q->extend_len = (int32_t)(1 + below(r, below(r, 4) ? 300 : 1100)), q->seq_len = q->extend_len + (int32_t)below(r, 700);
+    else if (b->verify)
+      q->extend_len = (int32_t)(1 + below(r, 130)), q->seq_len = q->extend_len + (int32_t)below(r, 600);
+    else
+      q->extend_len = (int32_t)(1 + below(r, below(r, 4) ? 300 : 1100)),
+      q->seq_len = q->extend_len + (int32_t)below(r, 700);
   }
   if (below(r, 4) != 0) return;
   c128_request *q = &b->req[below(r, b->n)];
   switch (below(r, 7)) {
-  case 0: q->extend_len = q->seq_len + 1; break;
-  case 1: q->extend_len = 0; break;
-  case 2: q->pool_index = below(r, 2) ? -1 : (layout == 2 ? POOL : (int32_t)b->ring.state_pages); break;
-  case 3: q->seq_len = -5; break;
-  case 4: if (layout == 2) b->table[q->pool_index * TABLE_STRIDE + below(r, 2)] = below(r, 2) ? -1 : 1000; break;
-  case 5: b->verify = 1, q->extend_len = 131 + (int32_t)below(r, 3), q->seq_len = q->extend_len + 7; break;
-  default: b->req[0].extend_len = 40000, b->req[0].seq_len = 40000, q->extend_len = 30000, q->seq_len = 30500; break;
+  case 0:
+    q->extend_len = q->seq_len + 1;
+    break;
+  case 1:
+    q->extend_len = 0;
+    break;
+  case 2:
+    q->pool_index = below(r, 2) ? -1 : (layout == 2 ? POOL : (int32_t)b->ring.state_pages);
+    break;
+  case 3:
+    q->seq_len = -5;
+    break;
+  case 4:
+    if (layout == 2) b->table[q->pool_index * TABLE_STRIDE + below(r, 2)] = below(r, 2) ? -1 : 1000;
+    break;
+  case 5:
+    b->verify = 1, q->extend_len = 131 + (int32_t)below(r, 3), q->seq_len = q->extend_len + 7;
+    break;
+  default:
+    b->req[0].extend_len = 40000, b->req[0].seq_len = 40000, q->extend_len = 30000, q->seq_len = 30500;
+    break;
   }
 }
 
@@ -142,8 +159,10 @@ static void compare_prefill_planners(backend be, rng *r, const batch *b) {
   }
   cr_assert(counts[0] == hp.num_compress && counts[1] == hp.num_write, "counts %lld %lld vs %lld %lld",
             (long long)counts[0], (long long)counts[1], (long long)hp.num_compress, (long long)hp.num_write);
-  cr_assert(memcmp(hc, dc, (size_t)cap * sizeof *hc) == 0, "compress plans differ (seed %llu)", (unsigned long long)r->seed);
-  cr_assert(memcmp(hw, dw, (size_t)cap * sizeof *hw) == 0, "write plans differ (seed %llu)", (unsigned long long)r->seed);
+  cr_assert(memcmp(hc, dc, (size_t)cap * sizeof *hc) == 0, "compress plans differ (seed %llu)",
+            (unsigned long long)r->seed);
+  cr_assert(memcmp(hw, dw, (size_t)cap * sizeof *hw) == 0, "write plans differ (seed %llu)",
+            (unsigned long long)r->seed);
   free(hc), free(dc), free(hw), free(dw);
 }
 
@@ -172,7 +191,8 @@ static void compare_decode_planners(backend be, rng *r, const batch *b) {
   cr_assert_eq(status, (int32_t)want, "(seed %llu)", (unsigned long long)r->seed);
   if (want != C128_SUCCESS)
     for (int64_t k = 0; k < b->n; ++k) hd[k] = (c128_decode_plan){0, -1, -1, -1};
-  cr_assert(memcmp(hd, dd, (size_t)b->n * sizeof *hd) == 0, "decode plans differ (seed %llu)", (unsigned long long)r->seed);
+  cr_assert(memcmp(hd, dd, (size_t)b->n * sizeof *hd) == 0, "decode plans differ (seed %llu)",
+            (unsigned long long)r->seed);
 }
 
 static void planners_agree(backend be) {
@@ -240,13 +260,15 @@ Test(gpu, graph_decode_step_matches_eager) {
   c128_request req[GB];
   for (int b = 0; b < GB; ++b) req[b] = (c128_request){(int32_t)(GPAGES - 1 - 2 * b), (int32_t)below(&r, 400), 1};
   c128_request *d_req = dev_from(req, sizeof req);
-  c128_decode_plan *d_plans = dev_alloc(sizeof(c128_decode_plan) * GB), *e_plans = dev_alloc(sizeof(c128_decode_plan) * GB);
+  c128_decode_plan *d_plans = dev_alloc(sizeof(c128_decode_plan) * GB),
+                   *e_plans = dev_alloc(sizeof(c128_decode_plan) * GB);
   int32_t *d_status = dev_alloc(sizeof(int32_t));
   void *ws = dev_alloc(c128_plan_workspace_size(GB));
   cudaStream_t s;
   CUDA_OK(cudaStreamCreate(&s));
   c128_device_plan_args pa = {0};
-  pa.ring = ring, pa.requests = d_req, pa.num_requests = GB, pa.decode = d_plans, pa.status = d_status, pa.workspace = ws;
+  pa.ring = ring, pa.requests = d_req, pa.num_requests = GB, pa.decode = d_plans, pa.status = d_status,
+  pa.workspace = ws;
   const c128_decode_args gd = decode_args(&graph, d_plans, GB, 1), ed = decode_args(&eager, e_plans, GB, 0);
   cudaGraph_t g;
   cudaGraphExec_t exec;
@@ -333,7 +355,8 @@ Test(gpu, graph_prefill_step_matches_eager) {
     ea.num_compress = hp.num_compress, ea.num_write = hp.num_write;
     cr_assert_eq(c128_prefill(&ea, s), C128_SUCCESS);
     CUDA_OK(cudaStreamSynchronize(s));
-    expect_same_device(graph.out, eager.out, (size_t)hp.num_compress * GD * sizeof(float), "graph prefill output", step);
+    expect_same_device(graph.out, eager.out, (size_t)hp.num_compress * GD * sizeof(float), "graph prefill output",
+                       step);
     expect_same_device(graph.state, eager.state, GPAGES * 128 * GROW * sizeof(float), "graph prefill state", step);
   }
   cudaGraphExecDestroy(exec), cudaGraphDestroy(g), cudaStreamDestroy(s);
@@ -349,8 +372,8 @@ static void pdl_chain(int prefill, int pdl, const float *state0, const float *ap
                       const void *plans, const int64_t *counts, int steps, float **out_state, float **out) {
   gpu_run g = gpu_run_make(state0, ape, (size_t)steps * CAP, (size_t)steps * CAP);
   CUDA_OK(cudaMemcpy(g.input, input, (size_t)steps * CAP * GROW * sizeof(float), cudaMemcpyHostToDevice));
-  const size_t plan_bytes = (size_t)steps * CAP * (prefill ? sizeof(c128_compress_plan) + sizeof(c128_write_plan)
-                                                           : sizeof(c128_decode_plan));
+  const size_t plan_bytes =
+      (size_t)steps * CAP * (prefill ? sizeof(c128_compress_plan) + sizeof(c128_write_plan) : sizeof(c128_decode_plan));
   char *d_plans = dev_from(plans, plan_bytes);
   for (int t = 0; t < steps; ++t) {
     if (prefill) {
@@ -359,7 +382,8 @@ static void pdl_chain(int prefill, int pdl, const float *state0, const float *ap
       a.input = g.input + (size_t)t * CAP * GROW, a.input_rows = CAP;
       a.output = g.out + (size_t)t * CAP * GD, a.output_rows = CAP;
       a.compress_plans = (const c128_compress_plan *)d_plans + (size_t)t * CAP, a.num_compress = counts[2 * t];
-      a.write_plans = (const c128_write_plan *)(d_plans + (size_t)steps * CAP * sizeof(c128_compress_plan)) + (size_t)t * CAP;
+      a.write_plans =
+          (const c128_write_plan *)(d_plans + (size_t)steps * CAP * sizeof(c128_compress_plan)) + (size_t)t * CAP;
       a.num_write = counts[2 * t + 1];
       cr_assert_eq(c128_prefill(&a, 0), C128_SUCCESS);
     } else {
@@ -393,10 +417,15 @@ static void pdl_matches_plain(int prefill) {
   for (int b = 0; b < GB; ++b) req[b] = (c128_request){(int32_t)(2 * b + 1), (int32_t)below(&r, 300), 1};
   for (int t = 0; t < steps; ++t) {
     if (prefill) { /* 3 requests; extends of 1..150 tokens, many windows straddle batches */
-      for (int b = 0; b < 3; ++b) req[b].extend_len = (int32_t)(1 + below(&r, 150)), req[b].seq_len += req[b].extend_len;
+      for (int b = 0; b < 3; ++b)
+        req[b].extend_len = (int32_t)(1 + below(&r, 150)), req[b].seq_len += req[b].extend_len;
       c128_prefill_plans p = {(c128_compress_plan *)plans + (size_t)t * CAP,
-                              (c128_write_plan *)(plans + (size_t)steps * CAP * sizeof(c128_compress_plan)) + (size_t)t * CAP,
-                              CAP, 0, 0, 0};
+                              (c128_write_plan *)(plans + (size_t)steps * CAP * sizeof(c128_compress_plan)) +
+                                  (size_t)t * CAP,
+                              CAP,
+                              0,
+                              0,
+                              0};
       cr_assert_eq(c128_plan_prefill(&ring, req, 3, 0, &p), C128_SUCCESS);
       counts[2 * t] = p.num_compress, counts[2 * t + 1] = p.num_write;
     } else {
@@ -410,7 +439,8 @@ static void pdl_matches_plain(int prefill) {
   cr_assert(memcmp(state_a, state_b, GPAGES * 128 * GROW * sizeof(float)) == 0, "state differs with PDL");
   cr_assert(memcmp(out_a, out_b, (size_t)steps * CAP * GD * sizeof(float)) == 0, "outputs differ with PDL");
   cr_assert(memcmp(state_a, state0, GPAGES * 128 * GROW * sizeof(float)) != 0, "the chain must have written");
-  free(state0), free(ape), free(input), free(plans), free(counts), free(state_a), free(out_a), free(state_b), free(out_b);
+  free(state0), free(ape), free(input), free(plans), free(counts), free(state_a), free(out_a), free(state_b),
+      free(out_b);
 }
 
 Test(gpu, pdl_decode_chain_matches_plain_launches) { pdl_matches_plain(0); }

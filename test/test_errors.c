@@ -73,8 +73,7 @@ Test(cpu, status_strings_are_distinct) {
   };
   const size_t n = sizeof all / sizeof all[0];
   for (size_t i = 0; i < n; ++i)
-    for (size_t j = i + 1; j < n; ++j)
-      cr_assert(strcmp(c128_status_string(all[i]), c128_status_string(all[j])) != 0);
+    for (size_t j = i + 1; j < n; ++j) cr_assert(strcmp(c128_status_string(all[i]), c128_status_string(all[j])) != 0);
   cr_assert_str_eq(c128_status_string((c128_status)999), "unknown c128_status");
 }
 

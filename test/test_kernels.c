@@ -24,8 +24,8 @@ static sizes sizes_of(const c128_instance_info *f) {
 
 /* Window rows for the oracle: rows < buffer_len from the (pre-batch) state page, the rest from
    the input, each widened from its own storage dtype. */
-static void oracle(const c128_instance_info *f, const void *state, int64_t page, int buffer_len,
-                   const void *input, int64_t input_row0, const float *ape, float *scratch, double *ref) {
+static void oracle(const c128_instance_info *f, const void *state, int64_t page, int buffer_len, const void *input,
+                   int64_t input_row0, const float *ape, float *scratch, double *ref) {
   const float *rows[REF_WINDOW];
   const int D = f->head_dim;
   for (int j = 0; j < REF_WINDOW; ++j) {
@@ -53,9 +53,9 @@ static void decode_case(const instance_entry *e, backend be, float score_scale, 
   poison(out, DECODE_BATCH * z.out_row);
   /* boundary on page 3; slot 40 of page 1; boundary on page 0; padding; slot 0 of page 5;
      boundary on page 4 */
-  static const c128_decode_plan plans[DECODE_BATCH] = {
-      {256, 3 * 128 + 127, 2, 3}, {169, 1 * 128 + 40, 0, 1}, {128, 127, 0, 0},
-      {0, -1, -1, -1},           {129, 5 * 128, 5, 5},      {384, 4 * 128 + 127, 4, 4}};
+  static const c128_decode_plan plans[DECODE_BATCH] = {{256, 3 * 128 + 127, 2, 3}, {169, 1 * 128 + 40, 0, 1},
+                                                       {128, 127, 0, 0},           {0, -1, -1, -1},
+                                                       {129, 5 * 128, 5, 5},       {384, 4 * 128 + 127, 4, 4}};
   void *state0 = clone_bytes(state, state_rows * z.state_row), *out0 = clone_bytes(out, DECODE_BATCH * z.out_row);
 
   c128_decode_args a = {0};
@@ -139,10 +139,10 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
     cp[k].read_page_1 = page[k];
   }
   const c128_compress_plan sentinel = C128_INVALID_COMPRESS_PLAN;
-  cp[NUM_EVENTS] = sentinel;                                  /* padding */
-  cp[NUM_EVENTS + 1] = cp[2], cp[NUM_EVENTS + 1].read_page_1 = 1000; /* page beyond the state */
+  cp[NUM_EVENTS] = sentinel;                                                       /* padding */
+  cp[NUM_EVENTS + 1] = cp[2], cp[NUM_EVENTS + 1].read_page_1 = 1000;               /* page beyond the state */
   cp[NUM_EVENTS + 2] = cp[0], cp[NUM_EVENTS + 2].ragged_id = (uint16_t)(rows + 5); /* beyond the input */
-  cp[NUM_EVENTS + 3] = cp[0], cp[NUM_EVENTS + 3].ragged_id = 3; /* window starts before row 0 */
+  cp[NUM_EVENTS + 3] = cp[0], cp[NUM_EVENTS + 3].ragged_id = 3;                    /* window starts before row 0 */
 
   /* Persist the tail, and overwrite rows 0..2 of the page event 4 still reads: the writes must
      land after the compress reads. Then four plans that must be skipped. */
@@ -208,22 +208,22 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
 }
 
 /* randn scores, then scores of magnitude ~60 (max subtraction), blocks reversed the second time */
-#define KERNEL_TESTS(name, D, bt, it, ot, bd, id, od)                                              \
-  static const instance_entry entry_##name = INSTANCE_ENTRY(name, D, bt, it, ot, bd, id, od);      \
-  Test(cpu, name##_decode) {                                                                       \
-    decode_case(&entry_##name, BACKEND_CPU, 1.0f, 0);                                              \
-    decode_case(&entry_##name, BACKEND_CPU, 60.0f, 1);                                             \
-  }                                                                                                \
-  Test(cpu, name##_prefill) {                                                                      \
-    prefill_case(&entry_##name, BACKEND_CPU, 1.0f, 0);                                             \
-    prefill_case(&entry_##name, BACKEND_CPU, 60.0f, 1);                                            \
-  }                                                                                                \
-  Test(gpu, name##_decode) {                                                                       \
-    decode_case(&entry_##name, BACKEND_GPU, 1.0f, 0);                                              \
-    decode_case(&entry_##name, BACKEND_GPU, 60.0f, 0);                                             \
-  }                                                                                                \
-  Test(gpu, name##_prefill) {                                                                      \
-    prefill_case(&entry_##name, BACKEND_GPU, 1.0f, 0);                                             \
-    prefill_case(&entry_##name, BACKEND_GPU, 60.0f, 0);                                            \
+#define KERNEL_TESTS(name, D, bt, it, ot, bd, id, od)                                         \
+  static const instance_entry entry_##name = INSTANCE_ENTRY(name, D, bt, it, ot, bd, id, od); \
+  Test(cpu, name##_decode) {                                                                  \
+    decode_case(&entry_##name, BACKEND_CPU, 1.0f, 0);                                         \
+    decode_case(&entry_##name, BACKEND_CPU, 60.0f, 1);                                        \
+  }                                                                                           \
+  Test(cpu, name##_prefill) {                                                                 \
+    prefill_case(&entry_##name, BACKEND_CPU, 1.0f, 0);                                        \
+    prefill_case(&entry_##name, BACKEND_CPU, 60.0f, 1);                                       \
+  }                                                                                           \
+  Test(gpu, name##_decode) {                                                                  \
+    decode_case(&entry_##name, BACKEND_GPU, 1.0f, 0);                                         \
+    decode_case(&entry_##name, BACKEND_GPU, 60.0f, 0);                                        \
+  }                                                                                           \
+  Test(gpu, name##_prefill) {                                                                 \
+    prefill_case(&entry_##name, BACKEND_GPU, 1.0f, 0);                                        \
+    prefill_case(&entry_##name, BACKEND_GPU, 60.0f, 0);                                       \
   }
 C128_INSTANCES(KERNEL_TESTS)

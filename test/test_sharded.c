@@ -9,13 +9,13 @@
    decode = the decode kernel, barrier (the next batch reads rows the other rank wrote). */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
-#include <cuda.h> /* types only: the driver entry points are fetched at run time (no libcuda in CI) */
-#include <cudaTypedefs.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <cuda.h> /* types only: the driver entry points are fetched at run time (no libcuda in CI) */
+#include <cudaTypedefs.h>
 
 #include "harness.h"
 
@@ -41,8 +41,8 @@ typedef struct run {
   int nb;
   batch *batches;
   const float *ape;
-  float *view[RANKS];  /* each rank's state range (host or device address) */
-  float *out[RANKS];   /* host copies: every batch's output rows, [nb][MAX_ROWS][D] */
+  float *view[RANKS]; /* each rank's state range (host or device address) */
+  float *out[RANKS];  /* host copies: every batch's output rows, [nb][MAX_ROWS][D] */
   int device[RANKS];
   pthread_barrier_t barrier;
   int failed[RANKS];
@@ -83,8 +83,7 @@ static void *rank_main(void *p) {
       cudaMemcpy(out, o, MAX_ROWS * D * sizeof(float), cudaMemcpyHostToDevice);
       cudaMemcpy(plans, b->decode ? (const void *)b->dplans : (const void *)b->compress,
                  b->decode ? sizeof b->dplans : sizeof b->compress, cudaMemcpyHostToDevice);
-      if (!b->decode)
-        cudaMemcpy((char *)plans + sizeof b->compress, b->write, sizeof b->write, cudaMemcpyHostToDevice);
+      if (!b->decode) cudaMemcpy((char *)plans + sizeof b->compress, b->write, sizeof b->write, cudaMemcpyHostToDevice);
       in = input, dst = out, cp = plans, dp = plans, wp = (char *)plans + sizeof b->compress;
     }
     c128_shared_layout layout = {rank, ra->size, PAGES_PER_RANK};
@@ -195,10 +194,10 @@ static void *driver_entry(const char *name) {
   return fn;
 }
 
-#define CU_OK(call)                                                                                \
-  do {                                                                                             \
-    CUresult e_ = (call);                                                                          \
-    cr_assert_eq(e_, CUDA_SUCCESS, "%s: %d", #call, (int)e_);                                      \
+#define CU_OK(call)                                           \
+  do {                                                        \
+    CUresult e_ = (call);                                     \
+    cr_assert_eq(e_, CUDA_SUCCESS, "%s: %d", #call, (int)e_); \
   } while (0)
 
 /* Shards allocated on the ranks' devices, each view mapping [own | other] with VMM. */
