@@ -11,7 +11,9 @@
          #include "c128.cuh"
      Everywhere else (C11, C++ or CUDA) include "c128.cuh" for the declarations only, and link
      cudart (plus libstdc++ when the program's main is plain C):
-         nvcc -c c128_impl.cu && gcc -std=c11 app.c c128_impl.o -lcudart -lstdc++
+         nvcc -O3 -gencode arch=compute_90,code=sm_90 -c c128_impl.cu
+         gcc -std=c11 -I/usr/local/cuda/include app.c c128_impl.o \
+             -L/usr/local/cuda/lib64 -lcudart -lstdc++ -lm
      A program of one translation unit may instead
          #define C128_STATIC
      which compiles everything as static functions (no exported symbols).
@@ -22,15 +24,29 @@
      C128_STATIC         static functions, implies the implementation in this file
      C128_IMPLEMENTATION the implementation goes in this translation unit
 
-   QUICK START (an excerpt of examples/quickstart.c)
+   QUICK START (an excerpt of examples/quickstart.c: plan one prefill batch, then run it)
+         c128_ring ring = {0};
+         ring.state_pages = pages;
+         ...
+         c128_prefill_plans plans = {0};
+         plans.compress = compress, plans.write = write, plans.capacity = rows;
+         CHECK(c128_plan_prefill(&ring, req, NUM_REQ, 0, &plans));
+
          c128_prefill_args a = {0};
-         a.head_dim = 512; a.state_dtype = C128_F32; a.input_dtype = C128_F32;
-         a.output_dtype = C128_F32;
-         a.state = state; a.state_pages = pages; a.input = rows; a.input_rows = n;
-         a.ape = ape; a.output = out; a.output_rows = plans.capacity;
-         a.compress_plans = plans.compress; a.num_compress = plans.num_compress;
-         a.write_plans = plans.write; a.num_write = plans.num_write;
-         c128_status s = c128_prefill(&a, stream);      (or c128_prefill_host(&a, NULL))
+         a.head_dim = HEAD_DIM;
+         a.state_dtype = C128_F32, a.input_dtype = C128_F32, a.output_dtype = C128_F32;
+         a.state = use_gpu ? dev.state : state;
+         a.state_pages = pages;
+         a.input = upload(dev.input, input, (size_t)rows * ROW * sizeof(float));
+         a.input_rows = rows;
+         a.ape = upload(dev.ape, ape, sizeof ape);
+         a.output = use_gpu ? dev.output : output;
+         a.output_rows = plans.capacity;
+         a.compress_plans = upload(dev.plans_a, compress, (size_t)plans.num_compress * sizeof *compress);
+         a.num_compress = plans.num_compress;
+         a.write_plans = upload(dev.plans_b, write, (size_t)plans.num_write * sizeof *write);
+         a.num_write = plans.num_write;
+         CHECK(use_gpu ? c128_prefill(&a, 0) : c128_prefill_host(&a, NULL));
 
    INSTANCES
      Name h<head_dim>_<state>_<input>_<output>: the default table has every head_dim in
@@ -107,23 +123,23 @@
 #endif
 
 /* Block-level constants, the same for every instance (upstream's C128Config). */
-#define C128_WINDOW 128             /* tokens per compressed vector = rows per state page */
+#define C128_WINDOW 128 /* tokens per compressed vector = rows per state page */
 #define C128_WARP_THREADS 32
-#define C128_TILE_ELEMS 2           /* channels per thread: one 2-element vector */
-#define C128_ROWS_PER_WARP 8        /* window rows each warp folds */
+#define C128_TILE_ELEMS 2    /* channels per thread: one 2-element vector */
+#define C128_ROWS_PER_WARP 8 /* window rows each warp folds */
 #define C128_NUM_WARPS (C128_WINDOW / C128_ROWS_PER_WARP)
 #define C128_BLOCK_THREADS (C128_NUM_WARPS * C128_WARP_THREADS)
-#define C128_BLOCKS_PER_SM 2        /* launch bounds of the compress and decode kernels */
+#define C128_BLOCKS_PER_SM 2 /* launch bounds of the compress and decode kernels */
 #define C128_WRITE_WARPS 4
 #define C128_WRITE_BLOCK_THREADS (C128_WRITE_WARPS * C128_WARP_THREADS)
 #define C128_WRITE_BLOCKS_PER_SM 16
 #define C128_TILE_DIM (C128_TILE_ELEMS * C128_WARP_THREADS) /* channels per block */
-#define C128_MAX_PREFILL_ROWS 65536 /* ragged_id is a u16 */
+#define C128_MAX_PREFILL_ROWS 65536                         /* ragged_id is a u16 */
 
 /* Per-head_dim constants (upstream's C128Trait), functions of D = head_dim alone. */
-#define C128_NUM_SPLIT(D) ((D) / C128_TILE_DIM)    /* blocks per compress event */
-#define C128_SCORE_OFFSET(D) (D)                   /* score half of a row starts here */
-#define C128_ROW_ELEMS(D) (2 * (D))                /* kv | score */
+#define C128_NUM_SPLIT(D) ((D) / C128_TILE_DIM) /* blocks per compress event */
+#define C128_SCORE_OFFSET(D) (D)                /* score half of a row starts here */
+#define C128_ROW_ELEMS(D) (2 * (D))             /* kv | score */
 #define C128_PAGE_ELEMS(D) (C128_WINDOW * C128_ROW_ELEMS(D))
 
 /* The two epilogues of the compress routine (SPEC 6.1). */
@@ -136,26 +152,28 @@
 /* The instance table: X(name, head_dim, buf_t, in_t, out_t, buf_dtype, in_dtype, out_dtype).
    The *_t columns are the storage types of the implementation (c128__bf16 is a bit pattern). */
 #ifndef C128_INSTANCES
-#define C128__INSTANCES_FOR_DIM(X, D)                                                             \
-  X(h##D##_f32_f32_f32, D, float, float, float, C128_F32, C128_F32, C128_F32)                     \
-  X(h##D##_f32_f32_bf16, D, float, float, c128__bf16, C128_F32, C128_F32, C128_BF16)              \
-  X(h##D##_f32_bf16_f32, D, float, c128__bf16, float, C128_F32, C128_BF16, C128_F32)              \
-  X(h##D##_f32_bf16_bf16, D, float, c128__bf16, c128__bf16, C128_F32, C128_BF16, C128_BF16)       \
-  X(h##D##_bf16_f32_f32, D, c128__bf16, float, float, C128_BF16, C128_F32, C128_F32)              \
-  X(h##D##_bf16_f32_bf16, D, c128__bf16, float, c128__bf16, C128_BF16, C128_F32, C128_BF16)       \
-  X(h##D##_bf16_bf16_f32, D, c128__bf16, c128__bf16, float, C128_BF16, C128_BF16, C128_F32)       \
+#define C128__INSTANCES_FOR_DIM(X, D)                                                       \
+  X(h##D##_f32_f32_f32, D, float, float, float, C128_F32, C128_F32, C128_F32)               \
+  X(h##D##_f32_f32_bf16, D, float, float, c128__bf16, C128_F32, C128_F32, C128_BF16)        \
+  X(h##D##_f32_bf16_f32, D, float, c128__bf16, float, C128_F32, C128_BF16, C128_F32)        \
+  X(h##D##_f32_bf16_bf16, D, float, c128__bf16, c128__bf16, C128_F32, C128_BF16, C128_BF16) \
+  X(h##D##_bf16_f32_f32, D, c128__bf16, float, float, C128_BF16, C128_F32, C128_F32)        \
+  X(h##D##_bf16_f32_bf16, D, c128__bf16, float, c128__bf16, C128_BF16, C128_F32, C128_BF16) \
+  X(h##D##_bf16_bf16_f32, D, c128__bf16, c128__bf16, float, C128_BF16, C128_BF16, C128_F32) \
   X(h##D##_bf16_bf16_bf16, D, c128__bf16, c128__bf16, c128__bf16, C128_BF16, C128_BF16, C128_BF16)
-#define C128_INSTANCES(X)                                                                         \
+#define C128_INSTANCES(X) \
   C128__INSTANCES_FOR_DIM(X, 128) C128__INSTANCES_FOR_DIM(X, 256) C128__INSTANCES_FOR_DIM(X, 512)
 #endif
 
 /* Instance ids in table order, and their count. */
+// clang-format off
 typedef enum c128_instance_id {
 #define C128__INSTANCE_ENUM(name, D, bt, it, ot, bd, id, od) C128_INSTANCE_##name,
   C128_INSTANCES(C128__INSTANCE_ENUM)
 #undef C128__INSTANCE_ENUM
   C128_INSTANCE_COUNT
 } c128_instance_id;
+// clang-format on
 
 /* Storage dtypes; the values are cudaDataType_t's (CUDA_R_32F, CUDA_R_16BF). */
 typedef enum c128_dtype { C128_F32 = 0, C128_BF16 = 14 } c128_dtype;
@@ -204,26 +222,26 @@ typedef enum c128_status {
 /* >>plans --------------------------------------------------------------------------------- */
 /* Byte layouts are ABI, identical to SGLang's c128 plans. Little-endian, packed, align = size. */
 typedef struct c128_decode_plan {
-  C128__ALIGNAS(16) uint32_t seq_len;    /* length including the new token; 0 = padding row */
-  int32_t write_loc;   /* global state row (128 * page + slot) of the new token; < 0 = padding */
-  int32_t read_page_0; /* page of position max(seq_len - 1 - 128, 0); for consumers only */
-  int32_t read_page_1; /* page holding the new token = the page compressed at a boundary */
+  C128__ALIGNAS(16) uint32_t seq_len; /* length including the new token; 0 = padding row */
+  int32_t write_loc;                  /* global state row (128 * page + slot) of the new token; < 0 = padding */
+  int32_t read_page_0;                /* page of position max(seq_len - 1 - 128, 0); for consumers only */
+  int32_t read_page_1;                /* page holding the new token = the page compressed at a boundary */
 } c128_decode_plan;
 
 typedef struct c128_compress_plan {
-  C128__ALIGNAS(16) uint32_t seq_len;   /* last position + 1 of the window (a multiple of 128); ~0u = invalid */
-  uint16_t ragged_id;  /* input row of the window's last token */
-  uint16_t buffer_len; /* leading window rows that come from the state page (0..127) */
-  int32_t read_page_0; /* page of position max(pos - 128, 0); for consumers only */
-  int32_t read_page_1; /* state page of the window, read when buffer_len > 0 */
+  C128__ALIGNAS(16) uint32_t seq_len; /* last position + 1 of the window (a multiple of 128); ~0u = invalid */
+  uint16_t ragged_id;                 /* input row of the window's last token */
+  uint16_t buffer_len;                /* leading window rows that come from the state page (0..127) */
+  int32_t read_page_0;                /* page of position max(pos - 128, 0); for consumers only */
+  int32_t read_page_1;                /* state page of the window, read when buffer_len > 0 */
 } c128_compress_plan;
 
 typedef struct c128_write_plan {
   C128__ALIGNAS(8) uint32_t ragged_id; /* input row; ~0u = invalid */
-  int32_t write_loc;  /* global state row */
+  int32_t write_loc;                   /* global state row */
 } c128_write_plan;
 
-#define C128__CHECK_FIELD(type, field, offset)                                                  \
+#define C128__CHECK_FIELD(type, field, offset) \
   C128__STATIC_ASSERT(offsetof(type, field) == (offset), #type "." #field " offset is ABI");
 C128__CHECK_FIELD(c128_decode_plan, seq_len, 0)
 C128__CHECK_FIELD(c128_decode_plan, write_loc, 4)
@@ -240,12 +258,16 @@ C128__CHECK_FIELD(c128_write_plan, write_loc, 4)
 C128__STATIC_ASSERT(sizeof(c128_decode_plan) == 16 && C128__ALIGNOF(c128_decode_plan) == 16, "ABI");
 C128__STATIC_ASSERT(sizeof(c128_compress_plan) == 16 && C128__ALIGNOF(c128_compress_plan) == 16, "ABI");
 C128__STATIC_ASSERT(sizeof(c128_write_plan) == 8 && C128__ALIGNOF(c128_write_plan) == 8, "ABI");
+// clang-format off
 C128__STATIC_ASSERT(C128_NUM_WARPS * C128_ROWS_PER_WARP == C128_WINDOW, "warps cover the window");
+// clang-format on
 C128__STATIC_ASSERT(C128_WINDOW <= C128_BLOCK_THREADS, "one thread per window row at most");
 
 #define C128_INVALID_ID 0xFFFFFFFFu
+// clang-format off
 #define C128_INVALID_COMPRESS_PLAN {C128_INVALID_ID, 0, 0, -1, -1}
 #define C128_INVALID_WRITE_PLAN {C128_INVALID_ID, -1}
+// clang-format on
 
 /* >>api ----------------------------------------------------------------------------------- */
 /* Context-parallel (owner-sharded) state: logical page p lives on rank p mod size. Zero means
@@ -260,16 +282,16 @@ typedef struct c128_shared_layout {
 typedef struct c128_decode_args {
   int32_t head_dim;
   c128_dtype state_dtype, input_dtype, output_dtype;
-  void *state;                    /* [state_pages, 128, 2 * head_dim] */
-  int64_t state_pages;            /* physical pages of this rank's view */
-  const void *input;              /* [batch, 2 * head_dim]: kv | score of each new token */
-  const float *ape;               /* [128, head_dim], always f32 */
-  void *output;                   /* [output_rows, head_dim]; row b written only at a boundary */
-  int64_t output_rows;            /* >= batch */
-  const c128_decode_plan *plans;  /* [batch] */
+  void *state;                   /* [state_pages, 128, 2 * head_dim] */
+  int64_t state_pages;           /* physical pages of this rank's view */
+  const void *input;             /* [batch, 2 * head_dim]: kv | score of each new token */
+  const float *ape;              /* [128, head_dim], always f32 */
+  void *output;                  /* [output_rows, head_dim]; row b written only at a boundary */
+  int64_t output_rows;           /* >= batch */
+  const c128_decode_plan *plans; /* [batch] */
   int64_t batch;
   c128_shared_layout layout;
-  int32_t pdl;                    /* launch with programmatic dependent launch */
+  int32_t pdl; /* launch with programmatic dependent launch */
 } c128_decode_args;
 
 /* A prefill / extend / verify batch: compress events first, then state writes. */
@@ -278,13 +300,13 @@ typedef struct c128_prefill_args {
   c128_dtype state_dtype, input_dtype, output_dtype;
   void *state;
   int64_t state_pages;
-  const void *input;                       /* [input_rows, 2 * head_dim], ragged */
-  int64_t input_rows;                      /* <= 65536 */
+  const void *input;  /* [input_rows, 2 * head_dim], ragged */
+  int64_t input_rows; /* <= 65536 */
   const float *ape;
-  void *output;                            /* [output_rows, head_dim]: row k <- compress plan k */
-  int64_t output_rows;                     /* >= num_compress */
+  void *output;        /* [output_rows, head_dim]: row k <- compress plan k */
+  int64_t output_rows; /* >= num_compress */
   const c128_compress_plan *compress_plans;
-  int64_t num_compress;                    /* launched count, sentinels included */
+  int64_t num_compress; /* launched count, sentinels included */
   const c128_write_plan *write_plans;
   int64_t num_write;
   c128_shared_layout layout;
@@ -303,9 +325,9 @@ typedef struct c128_instance_info {
   const char *name;
   int32_t head_dim;
   c128_dtype state_dtype, input_dtype, output_dtype;
-  int32_t num_split;      /* blocks per compress event */
-  int64_t row_elems;      /* elements per state / input row */
-  int64_t page_elems;     /* elements per state page */
+  int32_t num_split;  /* blocks per compress event */
+  int64_t row_elems;  /* elements per state / input row */
+  int64_t page_elems; /* elements per state page */
 } c128_instance_info;
 
 C128_API const char *c128_status_string(c128_status status);
@@ -321,13 +343,11 @@ C128_API c128_status c128_prefill(const c128_prefill_args *args, cudaStream_t st
 C128_API c128_status c128_decode_host(const c128_decode_args *args, const c128_host_options *options);
 C128_API c128_status c128_prefill_host(const c128_prefill_args *args, const c128_host_options *options);
 
-#define C128__DECLARE_TYPED(name, D, bt, it, ot, bd, id, od)                                      \
-  C128_API c128_status c128_decode_##name(const c128_decode_args *args, cudaStream_t stream);     \
-  C128_API c128_status c128_prefill_##name(const c128_prefill_args *args, cudaStream_t stream);   \
-  C128_API c128_status c128_decode_host_##name(const c128_decode_args *args,                      \
-                                               const c128_host_options *options);                 \
-  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *args,                    \
-                                                const c128_host_options *options);
+#define C128__DECLARE_TYPED(name, D, bt, it, ot, bd, id, od)                                                    \
+  C128_API c128_status c128_decode_##name(const c128_decode_args *args, cudaStream_t stream);                   \
+  C128_API c128_status c128_prefill_##name(const c128_prefill_args *args, cudaStream_t stream);                 \
+  C128_API c128_status c128_decode_host_##name(const c128_decode_args *args, const c128_host_options *options); \
+  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *args, const c128_host_options *options);
 C128_INSTANCES(C128__DECLARE_TYPED)
 #undef C128__DECLARE_TYPED
 
@@ -385,12 +405,11 @@ typedef struct c128_prefill_plans {
 
 /* Prefill / extend / verify batch -> plans in (request, position) order. verify != 0 marks a
    speculative verify batch (extend_len = drafts, root included). */
-C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request *requests,
-                                       int64_t num_requests, int32_t verify,
-                                       c128_prefill_plans *plans);
+C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request *requests, int64_t num_requests,
+                                       int32_t verify, c128_prefill_plans *plans);
 /* Decode batch: one plan per request (extend_len ignored; seq_len 0 = padding row). */
-C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request *requests,
-                                      int64_t batch, c128_decode_plan *plans);
+C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request *requests, int64_t batch,
+                                      c128_decode_plan *plans);
 
 /* The same planners on the device, from device arrays, for CUDA graphs: plans are padded to
    `capacity` with sentinels, and the batch's status and counts are written to device memory, so
@@ -399,17 +418,17 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
    A request {any, 0, 0} is absent (pads a fixed-size batch). On a bad batch *status gets the
    host planner's status, counts are 0 and every plan is a sentinel / padding row. */
 typedef struct c128_device_plan_args {
-  c128_ring ring;                 /* ring.page_table, if any, in device memory */
-  const c128_request *requests;   /* device [num_requests] */
+  c128_ring ring;               /* ring.page_table, if any, in device memory */
+  const c128_request *requests; /* device [num_requests] */
   int64_t num_requests;
   int32_t verify;
-  c128_compress_plan *compress;   /* device [capacity] (prefill) */
-  c128_write_plan *write;         /* device [capacity] (prefill) */
+  c128_compress_plan *compress; /* device [capacity] (prefill) */
+  c128_write_plan *write;       /* device [capacity] (prefill) */
   int64_t capacity;
-  c128_decode_plan *decode;       /* device [num_requests] (decode) */
-  int64_t *counts;                /* device [2]: num_compress, num_write (out) */
-  int32_t *status;                /* device [1]: c128_status of the batch (out) */
-  void *workspace;                /* device, c128_plan_workspace_size(num_requests) bytes */
+  c128_decode_plan *decode; /* device [num_requests] (decode) */
+  int64_t *counts;          /* device [2]: num_compress, num_write (out) */
+  int32_t *status;          /* device [1]: c128_status of the batch (out) */
+  void *workspace;          /* device, c128_plan_workspace_size(num_requests) bytes */
   int32_t pdl;
 } c128_device_plan_args;
 
@@ -453,12 +472,12 @@ typedef struct c128__bf16 {
 } c128__bf16;
 
 /* The instance table's storage types must match the dtype columns. */
-#define C128__CHECK_ROW(name, D, bt, it, ot, bd, id, od)                                          \
-  static_assert((D) % C128_TILE_DIM == 0, #name ": head_dim must be a multiple of 64");           \
-  static_assert(C128_NUM_SPLIT(D) * C128_TILE_DIM == (D), #name ": splits cover head_dim");       \
-  static_assert(C128_PAGE_ELEMS(D) == C128_WINDOW * 2 * (D), #name ": page = 128 rows");          \
-  static_assert(sizeof(bt) == ((bd) == C128_BF16 ? 2 : 4), #name ": state type matches dtype");   \
-  static_assert(sizeof(it) == ((id) == C128_BF16 ? 2 : 4), #name ": input type matches dtype");   \
+#define C128__CHECK_ROW(name, D, bt, it, ot, bd, id, od)                                        \
+  static_assert((D) % C128_TILE_DIM == 0, #name ": head_dim must be a multiple of 64");         \
+  static_assert(C128_NUM_SPLIT(D) * C128_TILE_DIM == (D), #name ": splits cover head_dim");     \
+  static_assert(C128_PAGE_ELEMS(D) == C128_WINDOW * 2 * (D), #name ": page = 128 rows");        \
+  static_assert(sizeof(bt) == ((bd) == C128_BF16 ? 2 : 4), #name ": state type matches dtype"); \
+  static_assert(sizeof(it) == ((id) == C128_BF16 ? 2 : 4), #name ": input type matches dtype"); \
   static_assert(sizeof(ot) == ((od) == C128_BF16 ? 2 : 4), #name ": output type matches dtype");
 C128_INSTANCES(C128__CHECK_ROW)
 #undef C128__CHECK_ROW
@@ -516,7 +535,7 @@ C128__FN float c128__bf16_widen(uint32_t bits) { return c128__from_bits(bits << 
 C128__FN uint32_t c128__bf16_round(float f) {
   const uint32_t u = c128__bits(f);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x0040u; /* NaN stays a (quiet) NaN */
-  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;                    /* round to nearest even */
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;                   /* round to nearest even */
 }
 
 /* exp(x) to about 1 ulp from fma and exact operations only, so that the host runner and the GPU
@@ -593,8 +612,8 @@ typedef struct c128__smem {
   float2 acc[C128_NUM_WARPS][C128__SMEM_LANES];
 } c128__smem;
 
-static void c128__track(c128__checker *checker, const void *addr, int count, int elem_size,
-                        int is_write, const void *data);
+static void c128__track(c128__checker *checker, const void *addr, int count, int elem_size, int is_write,
+                        const void *data);
 
 C128__FN int c128__elem_size(int dtype) { return dtype == C128_BF16 ? 2 : 4; }
 
@@ -620,16 +639,15 @@ C128__FN float2 c128__load2(const c128__params *p, const void *base, int64_t i, 
     raw[1] = c128__bits(v.y);
   }
 #ifndef __CUDA_ARCH__
-  if (p->checker) c128__track(p->checker, (const char *)base + i * c128__elem_size(dtype), 2,
-                              c128__elem_size(dtype), 0, raw);
+  if (p->checker)
+    c128__track(p->checker, (const char *)base + i * c128__elem_size(dtype), 2, c128__elem_size(dtype), 0, raw);
 #else
   (void)p;
 #endif
   return v;
 }
 
-C128__FN void c128__store_bits(const c128__params *p, void *dst, const void *bits, int count,
-                               int elem_size) {
+C128__FN void c128__store_bits(const c128__params *p, void *dst, const void *bits, int count, int elem_size) {
 #ifdef __CUDA_ARCH__
   (void)p;
   if (count * elem_size == 8) *(uint2 *)dst = *(const uint2 *)bits;
@@ -702,14 +720,14 @@ C128__FN void c128__read_plan(const void *src, void *dst, int bytes) {
 
 /* Why a plan does not run. The kernels skip a plan for any reason but RUN; the host plan
    checker reports the first plan whose reason is neither RUN nor PADDING, with this text. */
-#define C128__PLAN_REASONS(X)                                                                     \
-  X(C128__RUN, "runs")                                                                            \
-  X(C128__PADDING, "padding row or invalid sentinel")                                             \
+#define C128__PLAN_REASONS(X)                                                                       \
+  X(C128__RUN, "runs")                                                                              \
+  X(C128__PADDING, "padding row or invalid sentinel")                                               \
   X(C128__BAD_WRITE_PAGE, "write slot outside the state (negative write_loc or page out of range)") \
-  X(C128__BAD_READ_PAGE, "read_page_1 outside the state")                                         \
-  X(C128__BAD_INPUT_ROW, "input row outside [0, input_rows)")                                     \
-  X(C128__BAD_WINDOW_START, "window's first input row lies before input row 0")                   \
-  X(C128__BAD_OUTPUT_ROW, "output row at or beyond output_rows")                                  \
+  X(C128__BAD_READ_PAGE, "read_page_1 outside the state")                                           \
+  X(C128__BAD_INPUT_ROW, "input row outside [0, input_rows)")                                       \
+  X(C128__BAD_WINDOW_START, "window's first input row lies before input row 0")                     \
+  X(C128__BAD_OUTPUT_ROW, "output row at or beyond output_rows")                                    \
   X(C128__BAD_BUFFER_LEN, "buffer_len > 127")
 enum c128__plan_reason {
 #define C128__REASON_ENUM(name, text) name,
@@ -784,13 +802,12 @@ C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int64_t *
 /* >>device: the compress routine (SPEC 6.1) ---------------------------------------------- */
 /* Phase 1, one thread: load its 8 rows x 2 channels, form the partial (max, sum, weighted sum)
    of each channel and publish them in shared memory. */
-C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                             c128__smem *sm) {
+C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__window *w, int tid, c128__smem *sm) {
   const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
   const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
   const int64_t ch = (int64_t)w->split * C128_TILE_DIM + C128_TILE_ELEMS * lane;
   float2 kv[C128_ROWS_PER_WARP], score[C128_ROWS_PER_WARP];
-C128__UNROLL
+  C128__UNROLL
   for (int r = 0; r < C128_ROWS_PER_WARP; ++r) { /* every load issued before any use */
     const int j = warp * C128_ROWS_PER_WARP + r;
     const int from_state = j < w->buffer_len;
@@ -808,7 +825,7 @@ C128__UNROLL
     }
   }
   float2 m = make_float2(-INFINITY, -INFINITY);
-C128__UNROLL
+  C128__UNROLL
   for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
     const float2 ape = c128__load2(p, p->ape, (int64_t)(warp * C128_ROWS_PER_WARP + r) * t.head_dim + ch, C128_F32);
     score[r].x = c128__add(score[r].x, ape.x);
@@ -819,7 +836,7 @@ C128__UNROLL
   /* A warp whose 8 scores are all -inf contributes nothing, not NaN. */
   const float2 shift = make_float2(m.x == -INFINITY ? 0.0f : m.x, m.y == -INFINITY ? 0.0f : m.y);
   float2 sum = make_float2(0.0f, 0.0f), acc = make_float2(0.0f, 0.0f);
-C128__UNROLL
+  C128__UNROLL
   for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
     const float ex = c128__exp(c128__sub(score[r].x, shift.x));
     const float ey = c128__exp(c128__sub(score[r].y, shift.y));
@@ -834,7 +851,9 @@ C128__UNROLL
 }
 
 /* Partial of source warp w for channel c (0..63) of the split. */
+// clang-format off
 #define C128__PARTIAL(sm, field, w, c) ((&(sm)->field[0][0].x)[(w) * C128__SMEM_FLOATS_PER_WARP + (c)])
+// clang-format on
 
 /* Phase 2, two-warp epilogue: thread t < 64 folds the 16 partials of channel t in registers. */
 C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c128__window *w, int tid,
@@ -842,14 +861,14 @@ C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c1
   if (tid >= C128_TILE_DIM) return;
   float m[C128_NUM_WARPS];
   float big = -INFINITY;
-C128__UNROLL
+  C128__UNROLL
   for (int i = 0; i < C128_NUM_WARPS; ++i) {
     m[i] = C128__PARTIAL(sm, max, i, tid);
     big = fmaxf(big, m[i]);
   }
   const float shift = big == -INFINITY ? 0.0f : big;
   float denom = 0.0f, numer = 0.0f;
-C128__UNROLL
+  C128__UNROLL
   for (int i = 0; i < C128_NUM_WARPS; ++i) {
     const float r = c128__exp(c128__sub(m[i], shift));
     denom = fmaf(C128__PARTIAL(sm, sum, i, tid), r, denom);
@@ -866,7 +885,7 @@ C128__FN float c128__butterfly16(float own, const float *lanes, int is_max, int 
 #ifdef __CUDA_ARCH__
   (void)lanes;
   (void)lane;
-C128__UNROLL
+  C128__UNROLL
   for (int o = 8; o > 0; o >>= 1) {
     const float other = __shfl_xor_sync(C128__ALL_LANES, own, o);
     own = is_max ? fmaxf(own, other) : c128__add(own, other);
@@ -891,7 +910,7 @@ C128__FN void c128__fold_legacy(const c128__params *p, c128__trait t, const c128
   const int src = tid % 16, half = tid / 16;
   const int halves = C128_BLOCK_THREADS / 16;
   float lanes_m[16], lanes_s[16], lanes_p[16]; /* host replay only */
-C128__UNROLL
+  C128__UNROLL
   for (int pass = 0; pass < C128_TILE_DIM / halves; ++pass) {
     const int c = pass * halves + half;
     const float m = C128__PARTIAL(sm, max, src, c);
@@ -908,11 +927,10 @@ C128__UNROLL
     const float denom = c128__butterfly16(c128__mul(C128__PARTIAL(sm, sum, src, c), r), lanes_s, 0, src);
 #ifndef __CUDA_ARCH__
     for (int i = 0; i < 16; ++i)
-      lanes_p[i] = c128__mul(C128__PARTIAL(sm, acc, i, c),
-                             c128__div(c128__exp(c128__sub(lanes_m[i], shift)), denom));
+      lanes_p[i] = c128__mul(C128__PARTIAL(sm, acc, i, c), c128__div(c128__exp(c128__sub(lanes_m[i], shift)), denom));
 #endif
-    const float out = c128__butterfly16(c128__mul(C128__PARTIAL(sm, acc, src, c), c128__div(r, denom)),
-                                        lanes_p, 0, src);
+    const float out =
+        c128__butterfly16(c128__mul(C128__PARTIAL(sm, acc, src, c), c128__div(r, denom)), lanes_p, 0, src);
     c128__store1(p, p->output, w->out_row * t.head_dim + (int64_t)w->split * C128_TILE_DIM + c, t.out, out);
   }
   (void)lanes_m;
@@ -920,8 +938,7 @@ C128__UNROLL
   (void)lanes_p;
 }
 
-C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                         const c128__smem *sm) {
+C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__window *w, int tid, const c128__smem *sm) {
 #if C128_EPILOGUE == C128_EPILOGUE_LEGACY
   c128__fold_legacy(p, t, w, tid, sm);
 #else
@@ -931,8 +948,8 @@ C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__windo
 
 /* Decode phase 1: warp 0 persists this split's slice of the new token; at a boundary every
    thread also forms its partials. */
-C128__FN void c128__decode_phase1(const c128__params *p, c128__trait t, const c128__decode_job *job,
-                                  int tid, c128__smem *sm) {
+C128__FN void c128__decode_phase1(const c128__params *p, c128__trait t, const c128__decode_job *job, int tid,
+                                  c128__smem *sm) {
   if (job->write && tid < C128_WARP_THREADS) {
     const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
     const int64_t ch = (int64_t)job->win.split * C128_TILE_DIM + C128_TILE_ELEMS * tid;
@@ -1003,21 +1020,21 @@ static __device__ __forceinline__ void c128__write_block(const c128__params *p, 
   c128__pdl_trigger();
 }
 
-#define C128__KERNELS(name, D, bt, it, ot, bd, id, od)                                            \
-  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)                \
-      c128__decode_kernel_##name(const c128__params p) {                                          \
-    const c128__trait t = {D, bd, id, od};                                                        \
-    c128__decode_block(&p, t);                                                                    \
-  }                                                                                               \
-  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)                \
-      c128__compress_kernel_##name(const c128__params p) {                                        \
-    const c128__trait t = {D, bd, id, od};                                                        \
-    c128__compress_block(&p, t);                                                                  \
-  }                                                                                               \
-  static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM)    \
-      c128__write_kernel_##name(const c128__params p) {                                           \
-    const c128__trait t = {D, bd, id, od};                                                        \
-    c128__write_block(&p, t);                                                                     \
+#define C128__KERNELS(name, D, bt, it, ot, bd, id, od)                                         \
+  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)             \
+      c128__decode_kernel_##name(const c128__params p) {                                       \
+    const c128__trait t = {D, bd, id, od};                                                     \
+    c128__decode_block(&p, t);                                                                 \
+  }                                                                                            \
+  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)             \
+      c128__compress_kernel_##name(const c128__params p) {                                     \
+    const c128__trait t = {D, bd, id, od};                                                     \
+    c128__compress_block(&p, t);                                                               \
+  }                                                                                            \
+  static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM) \
+      c128__write_kernel_##name(const c128__params p) {                                        \
+    const c128__trait t = {D, bd, id, od};                                                     \
+    c128__write_block(&p, t);                                                                  \
   }
 C128_INSTANCES(C128__KERNELS)
 #undef C128__KERNELS
@@ -1064,13 +1081,12 @@ static void c128__checker_free(c128__checker *c) {
 
 static void c128__race(c128__checker *c, const char *what, int region, size_t elem, int32_t block, int tid) {
   if (c->raced++ || !c->message || !c->message_size) return;
-  snprintf(c->message, c->message_size, "%s on %s element %zu: block %d thread %d phase %d vs block %d thread %d",
-           what, region == C128__STATE_REGION ? "state" : "output", elem, (int)c->block, (int)c->tid,
-           (int)c->phase, (int)block - 1, tid);
+  snprintf(c->message, c->message_size, "%s on %s element %zu: block %d thread %d phase %d vs block %d thread %d", what,
+           region == C128__STATE_REGION ? "state" : "output", elem, (int)c->block, (int)c->tid, (int)c->phase,
+           (int)block - 1, tid);
 }
 
-static void c128__track(c128__checker *c, const void *addr, int count, int elem_size, int is_write,
-                        const void *data) {
+static void c128__track(c128__checker *c, const void *addr, int count, int elem_size, int is_write, const void *data) {
   const char *a = (const char *)addr;
   for (int region = 0; region < C128__REGIONS; ++region) {
     if (!c->base[region] || a < c->base[region] || a >= c->base[region] + c->bytes[region]) continue;
@@ -1110,8 +1126,7 @@ static void c128__track(c128__checker *c, const void *addr, int count, int elem_
 enum { C128__KIND_DECODE, C128__KIND_COMPRESS, C128__KIND_WRITE };
 
 /* Runs one launch on the CPU: for each block, phase 1 for every thread, then phase 2. */
-static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64_t blocks,
-                                  const c128_host_options *o) {
+static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64_t blocks, const c128_host_options *o) {
   c128__checker checker;
   memset(&checker, 0, sizeof checker);
   if (o && o->check_races) {
@@ -1168,8 +1183,8 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
 /* >>launch: validation and launches -------------------------------------------------------- */
 static int c128__misaligned(const void *ptr, size_t align) { return (uintptr_t)ptr % align != 0; }
 
-static c128_status c128__check_common(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od,
-                                      c128__trait t, int64_t state_pages, c128_shared_layout l) {
+static c128_status c128__check_common(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od, c128__trait t,
+                                      int64_t state_pages, c128_shared_layout l) {
   if (head_dim != t.head_dim || (int)sd != t.buf || (int)id != t.in || (int)od != t.out)
     return C128_ERROR_INSTANCE_MISMATCH;
   if (state_pages < 0) return C128_ERROR_NEGATIVE_SIZE;
@@ -1180,21 +1195,21 @@ static c128_status c128__check_common(int32_t head_dim, c128_dtype sd, c128_dtyp
 }
 
 /* Vector accesses: a pair of f32 needs 8 bytes, a pair of bf16 4; outputs are stored singly. */
-static c128_status c128__check_pointers(c128__trait t, const void *state, const void *input,
-                                        const float *ape, const void *output, int need_output) {
+static c128_status c128__check_pointers(c128__trait t, const void *state, const void *input, const float *ape,
+                                        const void *output, int need_output) {
   if (!state || !input || (need_output && (!ape || !output))) return C128_ERROR_NULL_POINTER;
   if (c128__misaligned(state, 2 * (size_t)c128__elem_size(t.buf)) ||
       c128__misaligned(input, 2 * (size_t)c128__elem_size(t.in)) ||
-      (need_output && (c128__misaligned(ape, 2 * sizeof(float)) ||
-                       c128__misaligned(output, (size_t)c128__elem_size(t.out)))))
+      (need_output &&
+       (c128__misaligned(ape, 2 * sizeof(float)) || c128__misaligned(output, (size_t)c128__elem_size(t.out)))))
     return C128_ERROR_MISALIGNED;
   return C128_SUCCESS;
 }
 
 static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait t) {
   if (!a) return C128_ERROR_NULL_POINTER;
-  c128_status st = c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t,
-                                      a->state_pages, a->layout);
+  c128_status st =
+      c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t, a->state_pages, a->layout);
   if (st != C128_SUCCESS) return st;
   if (a->batch < 0 || a->output_rows < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (a->batch > INT32_MAX / C128_NUM_SPLIT(t.head_dim)) return C128_ERROR_TOO_MANY_PLANS;
@@ -1207,18 +1222,16 @@ static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait 
 
 static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trait t) {
   if (!a) return C128_ERROR_NULL_POINTER;
-  c128_status st = c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t,
-                                      a->state_pages, a->layout);
+  c128_status st =
+      c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t, a->state_pages, a->layout);
   if (st != C128_SUCCESS) return st;
   if (a->input_rows < 0 || a->output_rows < 0 || a->num_compress < 0 || a->num_write < 0)
     return C128_ERROR_NEGATIVE_SIZE;
   if (a->input_rows > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS;
-  if (a->num_compress > C128_MAX_PREFILL_ROWS || a->num_write > C128_MAX_PREFILL_ROWS)
-    return C128_ERROR_TOO_MANY_PLANS;
+  if (a->num_compress > C128_MAX_PREFILL_ROWS || a->num_write > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_PLANS;
   if (a->num_compress == 0 && a->num_write == 0) return C128_SUCCESS;
   if (a->output_rows < a->num_compress) return C128_ERROR_OUTPUT_TOO_SMALL;
-  if ((a->num_compress && !a->compress_plans) || (a->num_write && !a->write_plans))
-    return C128_ERROR_NULL_POINTER;
+  if ((a->num_compress && !a->compress_plans) || (a->num_write && !a->write_plans)) return C128_ERROR_NULL_POINTER;
   if (c128__misaligned(a->compress_plans, sizeof(c128_compress_plan)) ||
       c128__misaligned(a->write_plans, sizeof(c128_write_plan)))
     return C128_ERROR_MISALIGNED;
@@ -1226,8 +1239,7 @@ static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trai
 }
 
 static c128__params c128__base_params(void *state, int64_t state_pages, const void *input, int64_t input_rows,
-                                      const float *ape, void *output, int64_t output_rows,
-                                      c128_shared_layout layout) {
+                                      const float *ape, void *output, int64_t output_rows, c128_shared_layout layout) {
   c128__params p;
   memset(&p, 0, sizeof p);
   p.state = state;
@@ -1244,8 +1256,8 @@ static c128__params c128__base_params(void *state, int64_t state_pages, const vo
 }
 
 static c128__params c128__decode_params(const c128_decode_args *a) {
-  c128__params p = c128__base_params(a->state, a->state_pages, a->input, a->batch, a->ape, a->output,
-                                     a->output_rows, a->layout);
+  c128__params p =
+      c128__base_params(a->state, a->state_pages, a->input, a->batch, a->ape, a->output, a->output_rows, a->layout);
   p.plans = a->plans;
   p.num_plans = a->batch;
   return p;
@@ -1263,8 +1275,8 @@ static int64_t c128__write_blocks(int64_t num_write, c128__trait t) {
   return (num_write * C128_NUM_SPLIT(t.head_dim) + C128_WRITE_WARPS - 1) / C128_WRITE_WARPS;
 }
 
-static c128_status c128__launch(const void *kernel, int64_t blocks, int threads, int32_t pdl,
-                                cudaStream_t stream, const void *params /* the kernel's by-value argument */) {
+static c128_status c128__launch(const void *kernel, int64_t blocks, int threads, int32_t pdl, cudaStream_t stream,
+                                const void *params /* the kernel's by-value argument */) {
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -1278,8 +1290,7 @@ static c128_status c128__launch(const void *kernel, int64_t blocks, int threads,
   return cudaLaunchKernelExC(&config, kernel, args) == cudaSuccess ? C128_SUCCESS : C128_ERROR_LAUNCH_FAILED;
 }
 
-static c128_status c128__decode_gpu(const c128_decode_args *a, c128__trait t, const void *kernel,
-                                    cudaStream_t stream) {
+static c128_status c128__decode_gpu(const c128_decode_args *a, c128__trait t, const void *kernel, cudaStream_t stream) {
   const c128_status st = c128__validate_decode(a, t);
   if (st != C128_SUCCESS || a->batch == 0) return st;
   const c128__params p = c128__decode_params(a);
@@ -1299,8 +1310,8 @@ static c128_status c128__prefill_gpu(const c128_prefill_args *a, c128__trait t, 
   c128_status st = c128__validate_prefill(a, t);
   const c128__params compress = c128__prefill_params(a, 1), write = c128__prefill_params(a, 0);
   if (st == C128_SUCCESS && a->num_compress > 0)
-    st = c128__launch(compress_kernel, a->num_compress * C128_NUM_SPLIT(t.head_dim), C128_BLOCK_THREADS, a->pdl,
-                      stream, &compress);
+    st = c128__launch(compress_kernel, a->num_compress * C128_NUM_SPLIT(t.head_dim), C128_BLOCK_THREADS, a->pdl, stream,
+                      &compress);
   if (st == C128_SUCCESS && a->num_write > 0)
     st = c128__launch(write_kernel, c128__write_blocks(a->num_write, t), C128_WRITE_BLOCK_THREADS, a->pdl, stream,
                       &write);
@@ -1318,25 +1329,23 @@ static c128_status c128__prefill_cpu(const c128_prefill_args *a, c128__trait t, 
 }
 
 /* >>dispatch ------------------------------------------------------------------------------ */
-#define C128__ENTRY_POINTS(name, D, bt, it, ot, bd, id, od)                                       \
-  C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {       \
-    const c128__trait t = {D, bd, id, od};                                                        \
-    return c128__decode_gpu(a, t, (const void *)c128__decode_kernel_##name, stream);              \
-  }                                                                                               \
-  C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {     \
-    const c128__trait t = {D, bd, id, od};                                                        \
-    return c128__prefill_gpu(a, t, (const void *)c128__compress_kernel_##name,                    \
-                             (const void *)c128__write_kernel_##name, stream);                    \
-  }                                                                                               \
-  C128_API c128_status c128_decode_host_##name(const c128_decode_args *a,                         \
-                                               const c128_host_options *o) {                      \
-    const c128__trait t = {D, bd, id, od};                                                        \
-    return c128__decode_cpu(a, t, o);                                                             \
-  }                                                                                               \
-  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a,                       \
-                                                const c128_host_options *o) {                     \
-    const c128__trait t = {D, bd, id, od};                                                        \
-    return c128__prefill_cpu(a, t, o);                                                            \
+#define C128__ENTRY_POINTS(name, D, bt, it, ot, bd, id, od)                                               \
+  C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {               \
+    const c128__trait t = {D, bd, id, od};                                                                \
+    return c128__decode_gpu(a, t, (const void *)c128__decode_kernel_##name, stream);                      \
+  }                                                                                                       \
+  C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {             \
+    const c128__trait t = {D, bd, id, od};                                                                \
+    return c128__prefill_gpu(a, t, (const void *)c128__compress_kernel_##name,                            \
+                             (const void *)c128__write_kernel_##name, stream);                            \
+  }                                                                                                       \
+  C128_API c128_status c128_decode_host_##name(const c128_decode_args *a, const c128_host_options *o) {   \
+    const c128__trait t = {D, bd, id, od};                                                                \
+    return c128__decode_cpu(a, t, o);                                                                     \
+  }                                                                                                       \
+  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a, const c128_host_options *o) { \
+    const c128__trait t = {D, bd, id, od};                                                                \
+    return c128__prefill_cpu(a, t, o);                                                                    \
   }
 C128_INSTANCES(C128__ENTRY_POINTS)
 #undef C128__ENTRY_POINTS
@@ -1349,17 +1358,20 @@ typedef struct c128__instance {
   c128_status (*prefill_host)(const c128_prefill_args *, const c128_host_options *);
 } c128__instance;
 
-#define C128__INSTANCE_ROW(name, D, bt, it, ot, bd, id, od)                                       \
-  {{#name, D, bd, id, od, C128_NUM_SPLIT(D), C128_ROW_ELEMS(D), C128_PAGE_ELEMS(D)},              \
-   c128_decode_##name, c128_prefill_##name, c128_decode_host_##name, c128_prefill_host_##name},
+#define C128__INSTANCE_ROW(name, D, bt, it, ot, bd, id, od)                          \
+  {{#name, D, bd, id, od, C128_NUM_SPLIT(D), C128_ROW_ELEMS(D), C128_PAGE_ELEMS(D)}, \
+   c128_decode_##name,                                                               \
+   c128_prefill_##name,                                                              \
+   c128_decode_host_##name,                                                          \
+   c128_prefill_host_##name},
 static const c128__instance c128__instances[] = {C128_INSTANCES(C128__INSTANCE_ROW)};
 #undef C128__INSTANCE_ROW
 static_assert(sizeof c128__instances / sizeof c128__instances[0] == C128_INSTANCE_COUNT, "one row each");
 
 C128_API const char *c128_status_string(c128_status status) {
   switch (status) {
-#define C128__STATUS_CASE(name, value, message)                                                   \
-  case name:                                                                                      \
+#define C128__STATUS_CASE(name, value, message) \
+  case name:                                    \
     return #name ": " message;
     C128_STATUS_LIST(C128__STATUS_CASE)
 #undef C128__STATUS_CASE
@@ -1389,12 +1401,12 @@ C128_API int c128_find_instance(int head_dim, c128_dtype state, c128_dtype input
   return -1;
 }
 
-#define C128__DISPATCH(args, entry, ...)                                                          \
-  do {                                                                                            \
-    if (!(args)) return C128_ERROR_NULL_POINTER;                                                  \
-    const int i_ = c128_find_instance((args)->head_dim, (args)->state_dtype, (args)->input_dtype, \
-                                      (args)->output_dtype);                                      \
-    return i_ < 0 ? C128_ERROR_UNSUPPORTED_INSTANCE : c128__instances[i_].entry(args, __VA_ARGS__); \
+#define C128__DISPATCH(args, entry, ...)                                                                      \
+  do {                                                                                                        \
+    if (!(args)) return C128_ERROR_NULL_POINTER;                                                              \
+    const int i_ =                                                                                            \
+        c128_find_instance((args)->head_dim, (args)->state_dtype, (args)->input_dtype, (args)->output_dtype); \
+    return i_ < 0 ? C128_ERROR_UNSUPPORTED_INSTANCE : c128__instances[i_].entry(args, __VA_ARGS__);           \
   } while (0)
 C128_API c128_status c128_decode(const c128_decode_args *a, cudaStream_t s) { C128__DISPATCH(a, decode, s); }
 C128_API c128_status c128_prefill(const c128_prefill_args *a, cudaStream_t s) { C128__DISPATCH(a, prefill, s); }
@@ -1413,8 +1425,8 @@ C128_API float c128_bf16_to_float(uint16_t bits) { return c128__bf16_widen(bits)
 
 static const char *c128__reason_text(int reason) {
   switch (reason) {
-#define C128__REASON_CASE(name, text)                                                             \
-  case name:                                                                                      \
+#define C128__REASON_CASE(name, text) \
+  case name:                          \
     return text;
     C128__PLAN_REASONS(C128__REASON_CASE)
 #undef C128__REASON_CASE
@@ -1468,8 +1480,8 @@ C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_pla
   report->index = -1;
   if (a->head_dim <= 0 || a->head_dim % C128_TILE_DIM != 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
   const c128__trait t = c128__trait_of(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype);
-  c128_status st = c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t,
-                                      a->state_pages, a->layout);
+  c128_status st =
+      c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t, a->state_pages, a->layout);
   if (st != C128_SUCCESS) return st;
   if (a->batch < 0 || a->output_rows < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (a->batch > 0 && !a->plans) return C128_ERROR_NULL_POINTER;
@@ -1500,8 +1512,8 @@ C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *a, c128_p
   report->index = -1;
   if (a->head_dim <= 0 || a->head_dim % C128_TILE_DIM != 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
   const c128__trait t = c128__trait_of(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype);
-  c128_status st = c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t,
-                                      a->state_pages, a->layout);
+  c128_status st =
+      c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t, a->state_pages, a->layout);
   if (st != C128_SUCCESS) return st;
   if (a->input_rows < 0 || a->output_rows < 0 || a->num_compress < 0 || a->num_write < 0)
     return C128_ERROR_NEGATIVE_SIZE;
@@ -1564,9 +1576,9 @@ C128__FN c128_status c128__ring_page(const c128_ring *r, int32_t rid, int64_t po
 
 /* What one request of a prefill/extend/verify batch emits. */
 typedef struct c128__shape {
-  int64_t prefix;       /* first new position */
-  int64_t first_event;  /* position of the first compress event (if any) */
-  int64_t first_write;  /* first persisted position */
+  int64_t prefix;      /* first new position */
+  int64_t first_event; /* position of the first compress event (if any) */
+  int64_t first_write; /* first persisted position */
   int64_t num_compress, num_write;
 } c128__shape;
 
@@ -1752,9 +1764,9 @@ C128__FN void c128__plan_scan(const c128__plan_params *p, int64_t base, c128__pl
     const int64_t i = base + t;
     sum_c[i] = c->total_compress, sum_w[i] = c->total_write, sum_r[i] = c->total_rows;
     if (c->status == C128_SUCCESS) /* the host planner's order: checks, row limit, pages */
-      c->status = c->check[t] != C128_SUCCESS                               ? c->check[t]
+      c->status = c->check[t] != C128_SUCCESS                          ? c->check[t]
                   : c->total_rows + c->rows[t] > C128_MAX_PREFILL_ROWS ? (int32_t)C128_ERROR_TOO_MANY_ROWS
-                                                                        : c->pages[t];
+                                                                       : c->pages[t];
     c->total_compress += c->num_compress[t], c->total_write += c->num_write[t], c->total_rows += c->rows[t];
   }
 }
@@ -1849,8 +1861,9 @@ static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, 
   if (decode ? a->num_requests > 0 && !a->decode : a->capacity > 0 && (!a->compress || !a->write))
     return C128_ERROR_NULL_POINTER;
   if (c128__misaligned(a->workspace, sizeof(int64_t)) || c128__misaligned(a->counts, sizeof(int64_t)) ||
-      c128__misaligned(a->compress, sizeof(c128_compress_plan)) || c128__misaligned(a->write, sizeof(c128_write_plan)) ||
-      c128__misaligned(a->decode, sizeof(c128_decode_plan)) || c128__misaligned(a->requests, sizeof(int32_t)))
+      c128__misaligned(a->compress, sizeof(c128_compress_plan)) ||
+      c128__misaligned(a->write, sizeof(c128_write_plan)) || c128__misaligned(a->decode, sizeof(c128_decode_plan)) ||
+      c128__misaligned(a->requests, sizeof(int32_t)))
     return C128_ERROR_MISALIGNED;
   return C128_SUCCESS;
 }
@@ -1895,8 +1908,12 @@ C128_API c128_status c128_plan_prefill_device(const c128_device_plan_args *a, cu
 C128_API c128_status c128_plan_decode_device(const c128_device_plan_args *a, cudaStream_t s) {
   return c128__plan_device(a, 1, s);
 }
-C128_API c128_status c128_plan_prefill_device_host(const c128_device_plan_args *a) { return c128__plan_device_on_host(a, 0); }
-C128_API c128_status c128_plan_decode_device_host(const c128_device_plan_args *a) { return c128__plan_device_on_host(a, 1); }
+C128_API c128_status c128_plan_prefill_device_host(const c128_device_plan_args *a) {
+  return c128__plan_device_on_host(a, 0);
+}
+C128_API c128_status c128_plan_decode_device_host(const c128_device_plan_args *a) {
+  return c128__plan_device_on_host(a, 1);
+}
 
 #endif /* C128_IMPLEMENTATION */
 

@@ -9,10 +9,10 @@
 
 #include "harness.h"
 
-#define CUDA_OK(call)                                                                              \
-  do {                                                                                             \
-    cudaError_t err_ = (call);                                                                     \
-    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_));                    \
+#define CUDA_OK(call)                                                           \
+  do {                                                                          \
+    cudaError_t err_ = (call);                                                  \
+    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_)); \
   } while (0)
 
 static int64_t below(rng *r, int64_t n) { return (int64_t)(rng_u64(r) % (uint64_t)n); }
@@ -21,14 +21,27 @@ static int64_t below(rng *r, int64_t n) { return (int64_t)(rng_u64(r) % (uint64_
 enum { ND = 128, NROW = 2 * ND };
 
 /* Window k of the batch gets one kind of non-finite input in some channels. */
-typedef enum nonfinite { NAN_SCORE, POS_INF_SCORE, ALL_NEG_INF, SOME_NEG_INF, WARP_NEG_INF, INF_KV, NAN_KV, KINDS } nonfinite;
+typedef enum nonfinite {
+  NAN_SCORE,
+  POS_INF_SCORE,
+  ALL_NEG_INF,
+  SOME_NEG_INF,
+  WARP_NEG_INF,
+  INF_KV,
+  NAN_KV,
+  KINDS
+} nonfinite;
 
 static void plant(float *rows, nonfinite kind, rng *r) { /* rows = one window, 128 x NROW */
   for (int c = 0; c < ND; c += 3) {
     const int j = (int)below(r, 128);
     switch (kind) {
-    case NAN_SCORE: rows[j * NROW + ND + c] = NAN; break;
-    case POS_INF_SCORE: rows[j * NROW + ND + c] = INFINITY; break;
+    case NAN_SCORE:
+      rows[j * NROW + ND + c] = NAN;
+      break;
+    case POS_INF_SCORE:
+      rows[j * NROW + ND + c] = INFINITY;
+      break;
     case ALL_NEG_INF:
       for (int i = 0; i < 128; ++i) rows[i * NROW + ND + c] = -INFINITY;
       break;
@@ -38,8 +51,12 @@ static void plant(float *rows, nonfinite kind, rng *r) { /* rows = one window, 1
     case WARP_NEG_INF: /* every row of one warp: that warp's partial must contribute 0, not NaN */
       for (int i = 16; i < 24; ++i) rows[i * NROW + ND + c] = -INFINITY;
       break;
-    case INF_KV: rows[j * NROW + c] = below(r, 2) ? INFINITY : -INFINITY; break;
-    default: rows[j * NROW + c] = NAN; break;
+    case INF_KV:
+      rows[j * NROW + c] = below(r, 2) ? INFINITY : -INFINITY;
+      break;
+    default:
+      rows[j * NROW + c] = NAN;
+      break;
     }
   }
 }
@@ -60,7 +77,8 @@ static void nonfinite_case(backend be) {
   c128_prefill_args a = {0};
   a.head_dim = ND, a.state = state, a.state_pages = 1, a.input = input, a.input_rows = KINDS * 128, a.ape = ape;
   a.output = out, a.output_rows = KINDS, a.compress_plans = cp, a.num_compress = KINDS;
-  static const instance_entry e = INSTANCE_ENTRY(h128_f32_f32_f32, 128, float, float, float, C128_F32, C128_F32, C128_F32);
+  static const instance_entry e =
+      INSTANCE_ENTRY(h128_f32_f32_f32, 128, float, float, float, C128_F32, C128_F32, C128_F32);
   cr_assert_eq(run_prefill(&e, be, &a, 0), C128_SUCCESS);
   double ref[ND];
   for (int k = 0; k < KINDS; ++k) {
@@ -95,10 +113,14 @@ enum { HD = 256, HROW = 2 * HD, HPAGES = 5, HROWS = 200, HOUT = 60, GUARD = 4096
 /* Values near the edges of every valid range, or anything at all. */
 static int32_t edgy(rng *r, int64_t limit) {
   switch (below(r, 4)) {
-  case 0: return (int32_t)rng_u64(r);
-  case 1: return (int32_t)(limit - 3 + below(r, 6));
-  case 2: return (int32_t)(below(r, 5) - 2);
-  default: return (int32_t)below(r, limit > 0 ? limit : 1);
+  case 0:
+    return (int32_t)rng_u64(r);
+  case 1:
+    return (int32_t)(limit - 3 + below(r, 6));
+  case 2:
+    return (int32_t)(below(r, 5) - 2);
+  default:
+    return (int32_t)below(r, limit > 0 ? limit : 1);
   }
 }
 
@@ -210,7 +232,7 @@ enum { THREADS = 4, TSTEPS = 64, TB = 16, TPAGES = TB };
 typedef struct worker {
   const float *ape_dev, *state0;
   float *state_dev, *out_dev, *in_dev;
-  const float *inputs; /* host [TSTEPS][TB][HROW] */
+  const float *inputs;           /* host [TSTEPS][TB][HROW] */
   const c128_decode_plan *plans; /* host [TSTEPS][TB] */
   c128_decode_plan *plans_dev;
   float *final_state, *outs; /* host results */
@@ -288,13 +310,14 @@ Test(gpu, threads_and_streams_are_independent) {
   }
   run_workers(ref, 0); /* one after another on the default stream */
   for (int k = 0; k < THREADS; ++k) CUDA_OK(cudaMemset(w[k].out_dev, 0xFF, ob));
-  run_workers(w, 1);   /* four threads, four streams, at once */
+  run_workers(w, 1); /* four threads, four streams, at once */
   for (int k = 0; k < THREADS; ++k) {
     cr_assert(memcmp(w[k].final_state, ref[k].final_state, sb) == 0, "worker %d: state differs", k);
     cr_assert(memcmp(w[k].outs, ref[k].outs, ob) == 0, "worker %d: outputs differ", k);
     cr_assert(memcmp(w[k].final_state, w[k].state0, sb) != 0, "worker %d wrote nothing", k);
     cudaFree(w[k].state_dev), cudaFree(w[k].out_dev), cudaFree(w[k].in_dev), cudaFree(w[k].plans_dev);
-    cudaFreeHost(w[k].final_state), cudaFreeHost(w[k].outs), cudaFreeHost(ref[k].final_state), cudaFreeHost(ref[k].outs);
+    cudaFreeHost(w[k].final_state), cudaFreeHost(w[k].outs), cudaFreeHost(ref[k].final_state),
+        cudaFreeHost(ref[k].outs);
     free((void *)w[k].state0), free((void *)w[k].inputs), free((void *)w[k].plans);
   }
   cudaFree(ape_dev), free(ape);
