@@ -135,6 +135,7 @@
 #define C128_WRITE_BLOCKS_PER_SM 16
 #define C128_TILE_DIM (C128_TILE_ELEMS * C128_WARP_THREADS) /* channels per block */
 #define C128_MAX_PREFILL_ROWS 65536                         /* ragged_id is a u16 */
+#define C128_MAX_DECODE_GROUP C128_NUM_WARPS                /* requests per decode block: one writing warp each */
 
 /* Per-head_dim constants (upstream's C128Trait), functions of D = head_dim alone. */
 #define C128_NUM_SPLIT(D) ((D) / C128_TILE_DIM) /* blocks per compress event */
@@ -201,7 +202,8 @@ typedef enum c128_dtype { C128_F32 = 0, C128_BF16 = 14 } c128_dtype;
   X(C128_ERROR_PAGE_OUT_OF_RANGE, 18, "a plan would use a page outside the state")                \
   X(C128_ERROR_TOO_MANY_DRAFTS, 19, "verify batch has more drafts than the ring can persist")     \
   X(C128_ERROR_CAPACITY_TOO_SMALL, 20, "plan arrays are smaller than the batch needs")            \
-  X(C128_ERROR_INVALID_PLAN, 21, "a plan is invalid (see the checker's message)")
+  X(C128_ERROR_INVALID_PLAN, 21, "a plan is invalid (see the checker's message)")                 \
+  X(C128_ERROR_INVALID_GROUP, 22, "requests_per_block must be 0 (automatic) .. C128_MAX_DECODE_GROUP")
 
 typedef enum c128_status {
 #define C128__STATUS_ENUM(name, value, message) name = value,
@@ -291,7 +293,8 @@ typedef struct c128_decode_args {
   const c128_decode_plan *plans; /* [batch] */
   int64_t batch;
   c128_shared_layout layout;
-  int32_t pdl; /* launch with programmatic dependent launch */
+  int32_t pdl;                /* launch with programmatic dependent launch */
+  int32_t requests_per_block; /* 1..C128_MAX_DECODE_GROUP; 0 = from the batch and the SM count */
 } c128_decode_args;
 
 /* A prefill / extend / verify batch: compress events first, then state writes. */
@@ -577,6 +580,7 @@ typedef struct c128__params {
   const void *plans;
   int64_t num_plans, state_pages, input_rows, output_rows;
   int32_t rank, size, pages_per_rank;
+  int32_t group; /* decode: requests per block */
   c128__checker *checker;
 } c128__params;
 
@@ -735,11 +739,8 @@ enum c128__plan_reason {
 #undef C128__REASON_ENUM
 };
 
-/* Decode block -> job, or why the block has nothing to do. The answer is the same for every
-   thread of the block. */
-C128__FN int c128__decode_prepare(const c128__params *p, c128__trait t, int64_t block, c128__decode_job *job) {
-  const int num_split = C128_NUM_SPLIT(t.head_dim);
-  const int64_t b = block / num_split;
+/* Request b's job in split `split`, or why it has nothing to do. */
+C128__FN int c128__decode_prepare(const c128__params *p, int64_t b, int split, c128__decode_job *job) {
   c128_decode_plan plan;
   c128__read_plan((const c128_decode_plan *)p->plans + b, &plan, sizeof plan);
   if (plan.seq_len == 0 || plan.write_loc < 0) return C128__PADDING;
@@ -751,7 +752,7 @@ C128__FN int c128__decode_prepare(const c128__params *p, c128__trait t, int64_t 
   job->write_row = write_phys * C128_WINDOW + plan.write_loc % C128_WINDOW;
   job->write = c128__owned(p, write_page);
   job->boundary = plan.write_loc % C128_WINDOW == C128__LAST_ROW;
-  job->win.split = (int32_t)(block % num_split);
+  job->win.split = split;
   if (!job->boundary) return C128__RUN;
   /* Rows 0..126 from the read page, row 127 straight from the input (SPEC 6.2). */
   const int64_t read_phys = c128__physical_page(p, plan.read_page_1);
@@ -807,21 +808,32 @@ C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__w
   const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
   const int64_t ch = (int64_t)w->split * C128_TILE_DIM + C128_TILE_ELEMS * lane;
   float2 kv[C128_ROWS_PER_WARP], score[C128_ROWS_PER_WARP];
-  C128__UNROLL
-  for (int r = 0; r < C128_ROWS_PER_WARP; ++r) { /* every load issued before any use */
-    const int j = warp * C128_ROWS_PER_WARP + r;
-    const int from_state = j < w->buffer_len;
-    const int64_t row = from_state ? w->state_row0 + j : w->input_row0 + j;
-    if (t.buf == t.in) { /* homogeneous: one pointer select, one load path */
-      const void *base = from_state ? (const void *)p->state : p->input;
-      kv[r] = c128__load2(p, base, row * row_elems + ch, t.in);
-      score[r] = c128__load2(p, base, row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.in);
-    } else if (from_state) {
-      kv[r] = c128__load2(p, p->state, row * row_elems + ch, t.buf);
-      score[r] = c128__load2(p, p->state, row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.buf);
-    } else {
-      kv[r] = c128__load2(p, p->input, row * row_elems + ch, t.in);
-      score[r] = c128__load2(p, p->input, row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.in);
+  const int first = warp * C128_ROWS_PER_WARP; /* this warp's window rows: first .. first + 7 */
+  if (t.buf == t.in || first >= w->buffer_len || first + C128_ROWS_PER_WARP <= w->buffer_len) {
+    /* One source for the whole warp (or one dtype for both): addresses from one base, no
+       per-row branch. Every load is issued before any use. */
+    const int from_state = first < w->buffer_len;
+    C128__UNROLL
+    for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
+      const int j = first + r, state_row = t.buf == t.in ? j < w->buffer_len : from_state;
+      const void *base = state_row ? (const void *)p->state : p->input;
+      const int64_t row = state_row ? w->state_row0 + j : w->input_row0 + j;
+      const int dtype = state_row ? t.buf : t.in;
+      kv[r] = c128__load2(p, base, row * row_elems + ch, dtype);
+      score[r] = c128__load2(p, base, row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, dtype);
+    }
+  } else { /* the one warp whose rows straddle buffer_len, with two dtypes */
+    C128__UNROLL
+    for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
+      const int j = first + r;
+      if (j < w->buffer_len) {
+        kv[r] = c128__load2(p, p->state, (w->state_row0 + j) * row_elems + ch, t.buf);
+        score[r] =
+            c128__load2(p, p->state, (w->state_row0 + j) * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.buf);
+      } else {
+        kv[r] = c128__load2(p, p->input, (w->input_row0 + j) * row_elems + ch, t.in);
+        score[r] = c128__load2(p, p->input, (w->input_row0 + j) * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.in);
+      }
     }
   }
   float2 m = make_float2(-INFINITY, -INFINITY);
@@ -946,18 +958,38 @@ C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__windo
 #endif
 }
 
-/* Decode phase 1: warp 0 persists this split's slice of the new token; at a boundary every
-   thread also forms its partials. */
-C128__FN void c128__decode_phase1(const c128__params *p, c128__trait t, const c128__decode_job *job, int tid,
-                                  c128__smem *sm) {
-  if (job->write && tid < C128_WARP_THREADS) {
-    const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
-    const int64_t ch = (int64_t)job->win.split * C128_TILE_DIM + C128_TILE_ELEMS * tid;
-    c128__copy2(p, t, job->input_row * row_elems + ch, job->write_row * row_elems + ch);
-    c128__copy2(p, t, job->input_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch,
-                job->write_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
-  }
-  if (job->boundary) c128__partials(p, t, &job->win, tid, sm);
+/* A decode block takes `group` consecutive requests in one split: thread i reads request i's
+   plan (phase "plans"), warp i persists request i's slice of its new token ("writes"), then the
+   block compresses the group's boundary windows one after another. Grouping keeps blocks busy
+   when few requests are at a boundary (the common step): one warp writing per 512-thread block
+   would hold an SM slot for a few hundred bytes. */
+typedef struct c128__decode_shared {
+  c128__smem fold;
+  c128__decode_job job[C128_MAX_DECODE_GROUP];
+  int32_t runs[C128_MAX_DECODE_GROUP];
+} c128__decode_shared;
+
+C128__FN void c128__decode_plans(const c128__params *p, c128__trait t, int64_t block, int tid,
+                                 c128__decode_shared *sh) {
+  if (tid >= p->group) return;
+  const int num_split = C128_NUM_SPLIT(t.head_dim);
+  const int64_t b = block / num_split * p->group + tid;
+  sh->runs[tid] = b < p->num_plans && c128__decode_prepare(p, b, (int)(block % num_split), &sh->job[tid]) == C128__RUN;
+}
+
+C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, int tid, const c128__decode_shared *sh) {
+  const int w = tid / C128_WARP_THREADS;
+  if (w >= p->group || !sh->runs[w] || !sh->job[w].write) return;
+  const c128__decode_job *job = &sh->job[w];
+  const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
+  const int64_t ch = (int64_t)job->win.split * C128_TILE_DIM + C128_TILE_ELEMS * (tid % C128_WARP_THREADS);
+  c128__copy2(p, t, job->input_row * row_elems + ch, job->write_row * row_elems + ch);
+  c128__copy2(p, t, job->input_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch,
+              job->write_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
+}
+
+C128__FN int c128__decode_compresses(const c128__decode_shared *sh, int k) {
+  return sh->runs[k] && sh->job[k].boundary;
 }
 
 /* Write kernel, one warp task = one 128-element chunk of one write plan's row. */
@@ -986,15 +1018,19 @@ static __device__ __forceinline__ void c128__pdl_trigger(void) {
 }
 
 static __device__ __forceinline__ void c128__decode_block(const c128__params *p, c128__trait t) {
-  __shared__ c128__smem sm;
-  c128__decode_job job;
+  __shared__ c128__decode_shared sh;
+  const int tid = (int)threadIdx.x;
   c128__pdl_wait();
-  if (c128__decode_prepare(p, t, blockIdx.x, &job) == C128__RUN) {
-    c128__decode_phase1(p, t, &job, (int)threadIdx.x, &sm);
-    if (job.boundary) { /* block-uniform */
-      __syncthreads();
-      c128__fold(p, t, &job.win, (int)threadIdx.x, &sm);
-    }
+  c128__decode_plans(p, t, blockIdx.x, tid, &sh);
+  __syncthreads();
+  c128__decode_writes(p, t, tid, &sh); /* rows the windows below never read: no barrier needed */
+  for (int k = 0; k < p->group; ++k) {
+    if (!c128__decode_compresses(&sh, k)) continue; /* block-uniform */
+    const c128__window win = sh.job[k].win;         /* in registers: reading it from shared costs a spill */
+    c128__partials(p, t, &win, tid, &sh.fold);
+    __syncthreads();
+    c128__fold(p, t, &win, tid, &sh.fold);
+    __syncthreads(); /* the next window reuses the partials */
   }
   c128__pdl_trigger();
 }
@@ -1149,31 +1185,41 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
   }
   const int threads = kind == C128__KIND_WRITE ? C128_WRITE_BLOCK_THREADS : C128_BLOCK_THREADS;
   const int64_t tasks = p.num_plans * C128_NUM_SPLIT(t.head_dim);
-  static_assert(C128_WRITE_BLOCK_THREADS <= C128_BLOCK_THREADS, "job array sized for the larger block");
-  c128__smem sm;
-  c128__decode_job job[C128_BLOCK_THREADS]; /* each thread's registers between the phases */
+  c128__decode_shared sh;               /* the block's shared memory; sh.fold serves compress too */
+  c128__window win[C128_BLOCK_THREADS]; /* each compress thread's registers between the phases */
   int active[C128_BLOCK_THREADS];
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t block = o && o->reverse_blocks ? blocks - 1 - i : i;
-    memset(&sm, 0xFF, sizeof sm); /* NaN: a fold that reads an unwritten partial shows it */
+    memset(&sh, 0xFF, sizeof sh); /* NaN: a fold that reads an unwritten partial shows it */
     checker.block = (int32_t)block;
-    for (checker.phase = 0; checker.phase < 2; ++checker.phase) {
-      for (int tid = 0; tid < threads; ++tid) {
-        checker.tid = tid;
-        if (kind == C128__KIND_WRITE) {
-          const int64_t task = block * C128_WRITE_WARPS + tid / C128_WARP_THREADS;
-          if (checker.phase == 0 && task < tasks) c128__write_task(&p, t, task, tid % C128_WARP_THREADS);
-        } else if (checker.phase == 0) {
-          active[tid] = (kind == C128__KIND_DECODE ? c128__decode_prepare(&p, t, block, &job[tid])
-                                                   : c128__compress_prepare(&p, t, block, &job[tid].win)) == C128__RUN;
-          if (!active[tid]) continue;
-          if (kind == C128__KIND_DECODE) c128__decode_phase1(&p, t, &job[tid], tid, &sm);
-          else c128__partials(&p, t, &job[tid].win, tid, &sm);
-        } else if (active[tid] && (kind == C128__KIND_COMPRESS || job[tid].boundary)) {
-          c128__fold(&p, t, &job[tid].win, tid, &sm);
-        }
+    checker.phase = 0;
+    if (kind == C128__KIND_DECODE) { /* phases: plans | writes + 1st window's partials | fold | ... */
+      for (checker.tid = 0; checker.tid < threads; ++checker.tid) c128__decode_plans(&p, t, block, checker.tid, &sh);
+      checker.phase = 1;
+      for (checker.tid = 0; checker.tid < threads; ++checker.tid) c128__decode_writes(&p, t, checker.tid, &sh);
+      for (int k = 0; k < p.group; ++k) {
+        if (!c128__decode_compresses(&sh, k)) continue;
+        for (checker.tid = 0; checker.tid < threads; ++checker.tid)
+          c128__partials(&p, t, &sh.job[k].win, checker.tid, &sh.fold);
+        ++checker.phase;
+        for (checker.tid = 0; checker.tid < threads; ++checker.tid)
+          c128__fold(&p, t, &sh.job[k].win, checker.tid, &sh.fold);
+        ++checker.phase;
+      }
+      continue;
+    }
+    for (checker.tid = 0; checker.tid < threads; ++checker.tid) { /* phase 0 */
+      const int tid = checker.tid;
+      if (kind == C128__KIND_WRITE) {
+        const int64_t task = block * C128_WRITE_WARPS + tid / C128_WARP_THREADS;
+        if (task < tasks) c128__write_task(&p, t, task, tid % C128_WARP_THREADS);
+      } else if ((active[tid] = c128__compress_prepare(&p, t, block, &win[tid]) == C128__RUN)) {
+        c128__partials(&p, t, &win[tid], tid, &sh.fold);
       }
     }
+    checker.phase = 1;
+    for (checker.tid = 0; kind == C128__KIND_COMPRESS && checker.tid < threads; ++checker.tid)
+      if (active[checker.tid]) c128__fold(&p, t, &win[checker.tid], checker.tid, &sh.fold);
   }
   c128__checker_free(&checker);
   if (checker.out_of_memory) return C128_ERROR_OUT_OF_MEMORY;
@@ -1213,6 +1259,7 @@ static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait 
   if (st != C128_SUCCESS) return st;
   if (a->batch < 0 || a->output_rows < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (a->batch > INT32_MAX / C128_NUM_SPLIT(t.head_dim)) return C128_ERROR_TOO_MANY_PLANS;
+  if (a->requests_per_block < 0 || a->requests_per_block > C128_MAX_DECODE_GROUP) return C128_ERROR_INVALID_GROUP;
   if (a->batch == 0) return C128_SUCCESS;
   if (a->output_rows < a->batch) return C128_ERROR_OUTPUT_TOO_SMALL;
   if (!a->plans) return C128_ERROR_NULL_POINTER;
@@ -1290,17 +1337,38 @@ static c128_status c128__launch(const void *kernel, int64_t blocks, int threads,
   return cudaLaunchKernelExC(&config, kernel, args) == cudaSuccess ? C128_SUCCESS : C128_ERROR_LAUNCH_FAILED;
 }
 
+/* Requests per decode block: as many as keep at least one full wave of blocks (2 per SM). */
+static int32_t c128__decode_group(const c128_decode_args *a, c128__trait t, int sm_count) {
+  if (a->requests_per_block > 0) return a->requests_per_block;
+  const int64_t blocks_per_wave = (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1);
+  const int64_t group = a->batch * C128_NUM_SPLIT(t.head_dim) / blocks_per_wave;
+  return (int32_t)(group < 1 ? 1 : group > C128_MAX_DECODE_GROUP ? C128_MAX_DECODE_GROUP : group);
+}
+
+static int64_t c128__decode_blocks(const c128_decode_args *a, c128__trait t, int32_t group) {
+  return (a->batch + group - 1) / group * C128_NUM_SPLIT(t.head_dim);
+}
+
 static c128_status c128__decode_gpu(const c128_decode_args *a, c128__trait t, const void *kernel, cudaStream_t stream) {
   const c128_status st = c128__validate_decode(a, t);
   if (st != C128_SUCCESS || a->batch == 0) return st;
-  const c128__params p = c128__decode_params(a);
-  return c128__launch(kernel, a->batch * C128_NUM_SPLIT(t.head_dim), C128_BLOCK_THREADS, a->pdl, stream, &p);
+  int device = 0, sm_count = 0;
+  if (a->requests_per_block == 0 &&
+      (cudaGetDevice(&device) != cudaSuccess ||
+       cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess))
+    return C128_ERROR_LAUNCH_FAILED;
+  c128__params p = c128__decode_params(a);
+  p.group = c128__decode_group(a, t, sm_count);
+  return c128__launch(kernel, c128__decode_blocks(a, t, p.group), C128_BLOCK_THREADS, a->pdl, stream, &p);
 }
 
+/* The host runner takes the automatic group of an H200 (132 SMs); results do not depend on it. */
 static c128_status c128__decode_cpu(const c128_decode_args *a, c128__trait t, const c128_host_options *o) {
   const c128_status st = c128__validate_decode(a, t);
   if (st != C128_SUCCESS || a->batch == 0) return st;
-  return c128__run_host(c128__decode_params(a), t, C128__KIND_DECODE, a->batch * C128_NUM_SPLIT(t.head_dim), o);
+  c128__params p = c128__decode_params(a);
+  p.group = c128__decode_group(a, t, 132);
+  return c128__run_host(p, t, C128__KIND_DECODE, c128__decode_blocks(a, t, p.group), o);
 }
 
 /* Compress first, write second, on one stream: a batch's writes may land on slots its own
@@ -1491,7 +1559,7 @@ C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_pla
   int64_t n = 0;
   for (int64_t b = 0; b < a->batch; ++b) {
     c128__decode_job job;
-    const int reason = c128__decode_prepare(&p, t, b * C128_NUM_SPLIT(t.head_dim), &job);
+    const int reason = c128__decode_prepare(&p, b, 0, &job);
     if (reason == C128__PADDING) continue;
     const c128_decode_plan plan = a->plans[b];
     if (reason != C128__RUN) st = c128__report(report, C128_PLAN_DECODE, b, "%s", c128__reason_text(reason));

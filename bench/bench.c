@@ -4,7 +4,8 @@
    independent inputs and states that each launch misses the 60 MB L2, and writes one CSV row per
    (case, variant, timing mode): median, p10 and p90 of the per-launch time, the minimum bytes the
    case must move (SPEC 10), GB/s and % of a device-to-device copy measured in the same run, and
-   for decode the time of an empty launch of the same grid, also measured in the same run.
+   for decode the time of an empty launch of the same grid (the grid c128_decode launches), also
+   measured in the same run.
 
    Timing modes: "stream"     many launches back to back between two events, per-launch figure;
                  "graph"      the same launches captured in CUDA graphs, per-launch figure;
@@ -704,9 +705,20 @@ static double bench_measure_copy(const char *label) {
   return gbps;
 }
 
+/* The grid c128_decode launches for a batch: its automatic requests_per_block rule (as many
+   requests per block as keep one full wave of 2 blocks per SM, at most C128_MAX_DECODE_GROUP). */
+static int64_t bench_decode_grid(int64_t batch) {
+  int device = 0, sms = 0;
+  BENCH_CUDA(cudaGetDevice(&device));
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int64_t group = batch * C128_NUM_SPLIT(BENCH_HEAD_DIM) / (C128_BLOCKS_PER_SM * sms);
+  group = group < 1 ? 1 : group > C128_MAX_DECODE_GROUP ? C128_MAX_DECODE_GROUP : group;
+  return (batch + group - 1) / group * C128_NUM_SPLIT(BENCH_HEAD_DIM);
+}
+
 static void bench_measure_empty(void) {
   for (int i = 0; i < BENCH_COUNT(bench_batches); ++i) {
-    int64_t grid = bench_batches[i] * C128_NUM_SPLIT(BENCH_HEAD_DIM);
+    int64_t grid = bench_decode_grid(bench_batches[i]);
     bench_runner r = {
         bench_unit_empty, &grid, 1, 1, 1, (1 << BENCH_STREAM) | (1 << BENCH_GRAPH) | (1 << BENCH_STEP_GRAPH)};
     bench_stats st[2][BENCH_MODES];

@@ -46,12 +46,19 @@ static float rng_randn(fz_rng *g) {
 }
 
 /* >>failure: print what broke and abort, so that libFuzzer keeps the input ------------------- */
-static char fz_context[512]; /* what the current input is doing, for the report */
+static char fz_context[2048]; /* what the current input is doing, for the report */
 
 static void fz_set_context(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(fz_context, sizeof fz_context, fmt, ap);
+  va_end(ap);
+}
+__attribute__((format(printf, 1, 2))) static void fz_add_context(const char *fmt, ...) {
+  const size_t n = strlen(fz_context);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(fz_context + n, sizeof fz_context - n, fmt, ap);
   va_end(ap);
 }
 
@@ -135,11 +142,18 @@ static int fz_state_elem_ok(const void *state, int64_t si, c128_dtype buf, const
 
 /* >>data: kv ~ N(0, 1), scores ~ N(0, scale^2); style 2 sprinkles -inf / +inf / NaN scores and
    NaN kv values (the library's non-finite policy), never an infinite kv. ---------------------- */
+/* A NaN with a random sign and payload (quiet or signalling): bf16 rounding must keep it NaN. */
+static float fz_nan(fz_rng *g) {
+  const uint64_t x = rng_next(g);
+  uint32_t mant = (uint32_t)(x & 0x7FFFFFu);
+  if (x & (1ull << 40)) mant |= 0x7FFF00u; /* payloads that round up across the exponent */
+  return fz_float(0x7F800000u | (mant ? mant : 1u) | (x & (1ull << 41) ? 0x80000000u : 0u));
+}
 static float fz_value(fz_rng *g, int is_score, int style) {
   if (style == 2 && rng_next(g) % 23 == 0) {
-    if (!is_score) return NAN;
+    if (!is_score) return fz_nan(g);
     const int k = (int)(rng_next(g) % 4);
-    return k == 0 ? NAN : k == 1 ? INFINITY : -INFINITY;
+    return k == 0 ? fz_nan(g) : k == 1 ? INFINITY : -INFINITY;
   }
   const float x = rng_randn(g);
   return is_score && style == 1 ? 60.0f * x : x;

@@ -82,6 +82,7 @@ typedef struct fz_expect {
   int has_work;
 } fz_expect;
 #define FZ_BIT(st) (1u << (int)(st))
+static uint32_t fz_bit_of(c128_status st) { return (unsigned)st < 32u ? 1u << (unsigned)st : 0u; }
 static int fz_misaligned(const void *p, size_t a) { return (uintptr_t)p % a != 0; }
 
 static void fz_expect_common(fz_expect *e, const fz_instance *I, int typed, int32_t head_dim, c128_dtype sd,
@@ -101,7 +102,7 @@ static void fz_expect_pointers(fz_expect *e, const fz_instance *I, const void *s
 }
 /* Checks a status against the expectation; 1 when the call was rejected. */
 static int fz_check_status(const fz_expect *e, c128_status st, int race_expected) {
-  const uint32_t bit = st >= 0 && st < 32 ? FZ_BIT(st) : 0;
+  const uint32_t bit = fz_bit_of(st);
   if (e->always) {
     FZ_CHECK(2, bit & (e->always | (e->has_work ? e->work : 0)),
              "status %s; expected one of the argument errors 0x%x (work errors 0x%x)", c128_status_string(st),
@@ -224,7 +225,8 @@ static c128_compress_plan rd_compress_plan(fz_reader *r, int64_t N, int64_t span
   const int bl = rd_u8(r);
   p.buffer_len = (uint16_t)(bl < 128 ? bl : bl < 192 ? 0 : 127 + bl % 4);
   const int64_t lo = p.buffer_len >= 127 ? 0 : 127 - p.buffer_len;
-  int64_t rag = lo + rd_below16(r, (int)(N - lo + 2 > 1 ? N - lo + 2 : 1)) - rd_below(r, 2);
+  int64_t rag = lo + rd_below16(r, (int)(N - lo + 2 > 1 ? N - lo + 2 : 1));
+  rag -= rd_below(r, 2);
   if (kind % 4 == 3) rag = rd_u16(r);
   p.ragged_id = (uint16_t)(rag < 0 ? 0 : rag > 65535 ? 65535 : rag);
   p.read_page_1 = rd_page(r, span);
@@ -374,14 +376,11 @@ static void fz_mode_prefill(fz_reader *r) {
   }
 
   if (valid_layout) { /* the library's own reason codes agree with the model */
-    const c128__trait t = {D, (int)I->buf, (int)I->in, (int)I->out};
-    const c128__params pc = c128__prefill_params(&clean, 1), pw = c128__prefill_params(&clean, 0);
     for (int64_t k = 0; k < NC; ++k) {
-      c128__window w;
-      const int reason = c128__compress_prepare(&pc, t, k * C128_NUM_SPLIT(D), &w);
-      const int cls = reason == C128__RUN ? M_RUN : reason == C128__PADDING ? M_PAD : M_SKIP;
+      const fz_lib_compress w = fz_lib_compress_reason(&clean, k);
+      const int cls = fz_reason_class(w.reason);
       FZ_CHECK(2, cls == mc[k].reason, "compress plan %lld: library reason %d (%s), SPEC 6.5 says %s", (long long)k,
-               reason, c128__reason_text(reason), mc[k].reason == M_RUN ? "run" : "skip");
+               w.reason, fz_lib_reason_text(w.reason), mc[k].reason == M_RUN ? "run" : "skip");
       if (cls == M_RUN)
         FZ_CHECK(2,
                  w.out_row == k && w.buffer_len == mc[k].buffer_len && w.input_row0 == mc[k].input_row0 &&
@@ -390,10 +389,10 @@ static void fz_mode_prefill(fz_reader *r) {
     }
     for (int64_t k = 0; k < NW; ++k) {
       int64_t src = -1, dst = -1;
-      const int reason = c128__write_prepare(&pw, k, &src, &dst);
-      const int cls = reason == C128__RUN ? M_RUN : reason == C128__PADDING ? M_PAD : M_SKIP;
+      const int reason = fz_lib_write_reason(&clean, k, &src, &dst);
+      const int cls = fz_reason_class(reason);
       FZ_CHECK(2, cls == mw[k].reason, "write plan %lld: library reason %d (%s), SPEC 6.5 says %s", (long long)k,
-               reason, c128__reason_text(reason), mw[k].reason == M_RUN ? "run" : "skip");
+               reason, fz_lib_reason_text(reason), mw[k].reason == M_RUN ? "run" : "skip");
       if (cls == M_RUN)
         FZ_CHECK(2, src == mw[k].src_row && dst == mw[k].dst_row,
                  "write plan %lld: library rows (%lld -> %lld), SPEC 6.5 (%lld -> %lld)", (long long)k, (long long)src,
@@ -478,13 +477,16 @@ static void fz_mode_decode(fz_reader *r) {
   const int corrupt = rd_corruption(r);
   fz_rng g = {rd_u64(r)};
   const int style = rd_below(r, 3);
+  /* requests_per_block: mostly automatic, else 1..max, now and then out of range */
+  const int gsel = rd_u8(r);
+  const int32_t group = gsel < 128 ? 0 : gsel < 248 ? 1 + gsel % 16 : gsel == 248 ? -1 : 17 + gsel % 4;
   const int64_t span = fz_page_span(P, lay);
   c128_decode_plan *plans = (c128_decode_plan *)fz_alloc((size_t)B * sizeof *plans);
   for (int64_t b = 0; b < B; ++b) plans[b] = rd_decode_plan(r, span);
   fz_set_context("mode 0 (decode kernel) %s pages %lld batch %lld output_rows %lld layout {%d, %d, %d} corruption "
-                 "%d flags 0x%02x style %d",
+                 "%d flags 0x%02x style %d requests_per_block %d",
                  I->name, (long long)P, (long long)B, (long long)O, lay.rank, lay.size, lay.pages_per_rank, corrupt,
-                 flags, style);
+                 flags, style, group);
 
   const size_t state_bytes = (size_t)P * 128 * 2 * D * fz_es(I->buf);
   const size_t out_bytes = (size_t)O * D * fz_es(I->out);
@@ -502,9 +504,12 @@ static void fz_mode_decode(fz_reader *r) {
   a.head_dim = D, a.state_dtype = I->buf, a.input_dtype = I->in, a.output_dtype = I->out;
   a.state = state, a.state_pages = P, a.input = input, a.ape = ape, a.output = output, a.output_rows = O;
   a.plans = plans, a.batch = B, a.layout = lay;
+  const int group_valid = group >= 0 && group <= FZ_MAX_GROUP;
+  if (FZ_MAX_GROUP > 1) fz_set_group(&a, group);
   const c128_decode_args clean = a;
   const int typed = (flags >> 5) & 1;
   fz_corrupt_decode(&a, corrupt);
+  const int64_t G = FZ_MAX_GROUP > 1 && group_valid ? fz_host_group(&clean) : 1; /* requests per block */
 
   const int valid_layout = fz_layout_valid(lay);
   const fz_layout L = fz_layout_of(P, lay);
@@ -518,21 +523,34 @@ static void fz_mode_decode(fz_reader *r) {
       pairs[npairs].dst = md[b].write_row, pairs[npairs].src = b, ++npairs;
     }
   }
-  /* A boundary window whose rows another plan of the launch writes: a conflict (race), and its
-     value depends on the block order. */
+  /* A boundary window whose rows another plan of the launch writes: its value depends on the
+     order. A block takes G consecutive requests (one split): warp i writes request i's row in
+     the phase that also reads the group's first boundary window, later windows come after a
+     barrier. So the write races with the read when the two requests are in different blocks,
+     or when the window is its block's first and another thread reads the row (window row j is
+     read by warp j / 8); after a barrier, or by the writing thread itself, it is ordered. */
   int *window_written = (int *)fz_alloc((size_t)B * sizeof(int) + 1);
+  int any_written = 0;
   for (int64_t b = 0; valid_layout && b < B; ++b) {
     window_written[b] = 0;
     if (md[b].reason != M_RUN || !md[b].boundary) continue;
-    for (int j = 0; j < npairs; ++j)
-      window_written[b] |= pairs[j].dst >= md[b].read_row0 && pairs[j].dst < md[b].read_row0 + 127;
-    conflict |= window_written[b];
+    int64_t first = b / G * G;
+    while (md[first].reason != M_RUN || !md[first].boundary) ++first;
+    for (int j = 0; j < npairs; ++j) {
+      const int64_t row = pairs[j].dst - md[b].read_row0, a_ = pairs[j].src;
+      if (row < 0 || row >= 127) continue;
+      window_written[b] = any_written = 1;
+      conflict |= a_ / G != b / G || (first == b && a_ % G != row / 8);
+    }
   }
 
   fz_expect e = {0, 0, a.batch > 0};
   fz_expect_common(&e, I, typed, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype, a.state_pages, a.layout);
   if (a.batch < 0 || a.output_rows < 0) e.always |= FZ_BIT(C128_ERROR_NEGATIVE_SIZE);
   if (a.batch > INT32_MAX / (D / 64)) e.always |= FZ_BIT(C128_ERROR_TOO_MANY_PLANS);
+#ifdef C128_MAX_DECODE_GROUP
+  if (!group_valid) e.always |= FZ_BIT(C128_ERROR_INVALID_GROUP);
+#endif
   if (a.output_rows < a.batch) e.work |= FZ_BIT(C128_ERROR_OUTPUT_TOO_SMALL);
   if (!a.plans) e.work |= FZ_BIT(C128_ERROR_NULL_POINTER);
   if (fz_misaligned(a.plans, 16)) e.work |= FZ_BIT(C128_ERROR_MISALIGNED);
@@ -567,21 +585,34 @@ static void fz_mode_decode(fz_reader *r) {
     }
   }
 
+  const int32_t group2 = 1 + rd_below(r, FZ_MAX_GROUP);
+  if (!rejected && !conflict && !any_written && FZ_MAX_GROUP > 1 && group2 != G) {
+    /* Results do not depend on how requests are grouped into blocks. */
+    void *state2 = fz_clone(state0, state_bytes), *output2 = fz_clone(output0, out_bytes);
+    c128_decode_args a2 = clean;
+    a2.state = state2, a2.output = output2;
+    fz_set_group(&a2, group2);
+    c128_host_options o2 = {opt.o.check_races, !opt.o.reverse_blocks, NULL, 0};
+    const c128_status st2 = I->decode_host(&a2, &o2);
+    FZ_CHECK(2, st2 == C128_SUCCESS, "requests_per_block %d: %s", group2, c128_status_string(st2));
+    FZ_CHECK(2, memcmp(state2, state, state_bytes) == 0 && memcmp(output2, output, out_bytes) == 0,
+             "requests_per_block %d (blocks %s) changes the result of requests_per_block %d (%lld per block)", group2,
+             o2.reverse_blocks ? "reversed" : "forward", group, (long long)G);
+    free(state2), free(output2);
+  }
+
   if (valid_layout) {
-    const c128__trait t = {D, (int)I->buf, (int)I->in, (int)I->out};
-    const c128__params p = c128__decode_params(&clean);
     for (int64_t b = 0; b < B; ++b) {
-      c128__decode_job job;
-      const int reason = c128__decode_prepare(&p, t, b * C128_NUM_SPLIT(D), &job);
-      const int cls = reason == C128__RUN ? M_RUN : reason == C128__PADDING ? M_PAD : M_SKIP;
+      const fz_lib_decode job = fz_lib_decode_reason(&clean, b);
+      const int cls = fz_reason_class(job.reason);
       FZ_CHECK(2, cls == md[b].reason, "decode plan %lld: library reason %d (%s), SPEC 6.5 says %s", (long long)b,
-               reason, c128__reason_text(reason), md[b].reason == M_RUN ? "run" : "skip");
+               job.reason, fz_lib_reason_text(job.reason), md[b].reason == M_RUN ? "run" : "skip");
       if (cls != M_RUN) continue;
-      FZ_CHECK(2, (job.write ? job.write_row : -1) == md[b].write_row && job.boundary == md[b].boundary,
-               "decode plan %lld: library write row %lld (write %d), SPEC 6.5 %lld", (long long)b,
-               (long long)job.write_row, job.write, (long long)md[b].write_row);
+      FZ_CHECK(2, job.write_row == md[b].write_row && job.boundary == md[b].boundary,
+               "decode plan %lld: library write row %lld, SPEC 6.5 %lld", (long long)b, (long long)job.write_row,
+               (long long)md[b].write_row);
       if (job.boundary)
-        FZ_CHECK(2, job.win.state_row0 == md[b].read_row0 && job.win.out_row == b && job.win.buffer_len == 127,
+        FZ_CHECK(2, job.read_row0 == md[b].read_row0 && job.out_row == b && job.buffer_len == 127,
                  "decode plan %lld: library window differs from SPEC 6.2", (long long)b);
     }
   }

@@ -186,6 +186,15 @@ Test(gpu, error_launch_failed_after_a_device_fault) {
   free(f);
 }
 
+Test(cpu, error_invalid_group) {
+  fixture *f = fx_make();
+  f->d.requests_per_block = C128_MAX_DECODE_GROUP + 1;
+  expect_refused(f, c128_decode_host(&f->d, NULL), C128_ERROR_INVALID_GROUP);
+  f = fx_make();
+  f->d.requests_per_block = -1;
+  expect_refused(f, c128_decode_host(&f->d, NULL), C128_ERROR_INVALID_GROUP);
+}
+
 Test(cpu, error_out_of_memory_in_the_race_checker) {
   fixture *f = fx_make();
   f->d.state_pages = INT64_C(1) << 36; /* passes the size check; its shadow cannot be allocated */

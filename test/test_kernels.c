@@ -37,7 +37,8 @@ static void oracle(const c128_instance_info *f, const void *state, int64_t page,
   ref_window(D, rows, ape, ref);
 }
 
-static void decode_case(const instance_entry *e, backend be, float score_scale, int reverse) {
+/* group: requests per decode block (0 = automatic); B = 6 makes full, partial and oversize groups */
+static void decode_case(const instance_entry *e, backend be, float score_scale, int reverse, int group) {
   require_backend(be);
   const c128_instance_info *f = &e->info;
   const int D = f->head_dim;
@@ -71,6 +72,7 @@ static void decode_case(const instance_entry *e, backend be, float score_scale, 
   a.output_rows = DECODE_BATCH;
   a.plans = plans;
   a.batch = DECODE_BATCH;
+  a.requests_per_block = group;
   const c128_status st = run_decode(e, be, &a, reverse);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
 
@@ -211,16 +213,18 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
 #define KERNEL_TESTS(name, D, bt, it, ot, bd, id, od)                                         \
   static const instance_entry entry_##name = INSTANCE_ENTRY(name, D, bt, it, ot, bd, id, od); \
   Test(cpu, name##_decode) {                                                                  \
-    decode_case(&entry_##name, BACKEND_CPU, 1.0f, 0);                                         \
-    decode_case(&entry_##name, BACKEND_CPU, 60.0f, 1);                                        \
+    decode_case(&entry_##name, BACKEND_CPU, 1.0f, 0, 0);                                      \
+    decode_case(&entry_##name, BACKEND_CPU, 60.0f, 1, 4);                                     \
+    decode_case(&entry_##name, BACKEND_CPU, 1.0f, 0, 16);                                     \
   }                                                                                           \
   Test(cpu, name##_prefill) {                                                                 \
     prefill_case(&entry_##name, BACKEND_CPU, 1.0f, 0);                                        \
     prefill_case(&entry_##name, BACKEND_CPU, 60.0f, 1);                                       \
   }                                                                                           \
   Test(gpu, name##_decode) {                                                                  \
-    decode_case(&entry_##name, BACKEND_GPU, 1.0f, 0);                                         \
-    decode_case(&entry_##name, BACKEND_GPU, 60.0f, 0);                                        \
+    decode_case(&entry_##name, BACKEND_GPU, 1.0f, 0, 0);                                      \
+    decode_case(&entry_##name, BACKEND_GPU, 60.0f, 0, 4);                                     \
+    decode_case(&entry_##name, BACKEND_GPU, 1.0f, 0, 16);                                     \
   }                                                                                           \
   Test(gpu, name##_prefill) {                                                                 \
     prefill_case(&entry_##name, BACKEND_GPU, 1.0f, 0);                                        \

@@ -1,0 +1,155 @@
+/* Mode 4: the plan checker on arbitrary arguments and plan bytes: any head_dim and dtype values,
+   sizes anywhere in int64, any layout, NULL arguments, reports with messages of any size.
+   Part of fuzz_c128.cu.
+
+   Property 5: no crash and no undefined behaviour; the status is an argument error the
+   arguments have, or SUCCESS / INVALID_PLAN exactly as the offending plans of SPEC 6.5 say (see
+   fz_check_report); the report's message is NUL-terminated inside its buffer. */
+
+static int64_t rd_size(fz_reader *r) {
+  const int sel = rd_below(r, 16);
+  if (sel < 9) return rd_below16(r, 700);
+  if (sel == 9) return -1 - rd_u8(r);
+  if (sel == 10) return INT64_MAX - rd_u8(r);
+  if (sel == 11) return INT64_MIN + rd_u8(r);
+  if (sel == 12) return (int64_t)rd_u64(r);
+  if (sel == 13) return INT64_MAX / ((int64_t)128 * 2 * 64 * 4) + rd_below(r, 3) - 1;
+  return (int64_t)rd_u32(r);
+}
+static int32_t rd_head_dim(fz_reader *r) {
+  const int sel = rd_below(r, 12);
+  int64_t d;
+  if (sel < 6) d = 64 * (1 + rd_below(r, 8));
+  else if (sel == 6) d = (int32_t)rd_u32(r);
+  else if (sel == 7) d = (int64_t)64 * rd_u32(r);
+  else if (sel == 8) d = 0;
+  else if (sel == 9) d = -64 * (int64_t)rd_u16(r);
+  else if (sel == 10) d = 64 * (int64_t)(1 + rd_u16(r)) * 128;
+  else {
+    d = 64 * (int64_t)rd_u8(r);
+    d += rd_below(r, 64);
+  }
+  d = (int32_t)(uint32_t)(uint64_t)d;
+#if FZ_AVOID_KNOWN_BUG_1
+  /* Known bug 1 (crashes/bug1-checker-head-dim-overflow.md): steer clear of it. */
+  if (d >= (1 << 23)) d %= 1 << 23;
+#endif
+  return (int32_t)d;
+}
+/* A dtype as the int a C caller may pass. Stored into the argument struct with memcpy: in the
+   C++ of this file a c128_dtype outside the enum's range (0..15) is itself undefined. */
+static int32_t rd_dtype(fz_reader *r) {
+  const int sel = rd_below(r, 8);
+  int32_t v = sel < 3 ? C128_F32 : sel < 6 ? C128_BF16 : (int32_t)rd_u32(r);
+#if FZ_AVOID_KNOWN_BUG_2
+  if (v < 0 || v > 15) v &= 15; /* known bug 2 (crashes/bug2-enum-out-of-range.md) */
+#endif
+  return v;
+}
+static void fz_put_dtype(c128_dtype *dst, int32_t v) { memcpy(dst, &v, sizeof v); }
+
+static void fz_mode_checker(fz_reader *r) {
+  const int prefill = rd_below(r, 2);
+  const int32_t D = rd_head_dim(r);
+  const int32_t sd = rd_dtype(r), id = rd_dtype(r), od = rd_dtype(r);
+  const int64_t pages = rd_size(r), in_rows = rd_size(r), out_rows = rd_size(r);
+  const c128_shared_layout lay = rd_layout(r);
+  const int64_t n1 = rd_below(r, 17), n2 = prefill ? rd_below(r, 17) : 0;
+  const int csel = rd_below(r, 16);
+  /* The count the arguments claim: the array's, or 0 / negative with the array or NULL. */
+  const int64_t count1 = csel == 0 ? -1 - rd_u8(r) : csel == 1 ? 0 : n1, count2 = prefill && csel == 2 ? -1 : n2;
+  const int null_plans = csel == 3;
+  const int64_t span = pages >= 0 && pages < 12 ? pages : 12;
+  void *p1 = fz_alloc((size_t)n1 * 16 + 1), *p2 = fz_alloc((size_t)n2 * 8 + 1);
+  for (int64_t k = 0; k < n1; ++k) {
+    if (prefill) ((c128_compress_plan *)p1)[k] = rd_compress_plan(r, in_rows > 0 && in_rows < 700 ? in_rows : 300, span);
+    else ((c128_decode_plan *)p1)[k] = rd_decode_plan(r, span);
+  }
+  for (int64_t k = 0; k < n2; ++k) ((c128_write_plan *)p2)[k] = rd_write_plan(r, in_rows > 0 && in_rows < 700 ? in_rows : 300, span);
+  const int msel = rd_below(r, 8);
+  const size_t msg_size = msel < 4 ? (size_t)rd_below(r, 120) : msel == 4 ? 1 : 0;
+  char *msg = msel == 5 ? NULL : (char *)fz_alloc(msg_size + (msg_size == 0));
+  if (msg) memset(msg, 'x', msg_size + (msg_size == 0)); /* a missing NUL shows */
+  const int null_args = rd_below(r, 64) == 0, null_report = rd_below(r, 64) == 0;
+  fz_set_context("mode 4 (checker) %s head_dim %d dtypes %d/%d/%d pages %lld input_rows %lld output_rows %lld layout "
+                 "{%d, %d, %d} plans %lld/%lld counts %lld/%lld%s message %zu%s%s",
+                 prefill ? "prefill" : "decode", D, sd, id, od, (long long)pages, (long long)in_rows,
+                 (long long)out_rows, lay.rank, lay.size, lay.pages_per_rank, (long long)n1, (long long)n2,
+                 (long long)count1, (long long)count2, null_plans ? " NULL plans" : "", msg_size,
+                 null_args ? " NULL args" : "", null_report ? " NULL report" : "");
+
+  c128_plan_report rep = {777, C128_PLAN_DECODE, msg, msg_size};
+  c128_status st;
+  c128_prefill_args pa;
+  c128_decode_args da;
+  memset(&pa, 0, sizeof pa), memset(&da, 0, sizeof da);
+  if (prefill) {
+    pa.head_dim = D;
+    fz_put_dtype(&pa.state_dtype, sd), fz_put_dtype(&pa.input_dtype, id), fz_put_dtype(&pa.output_dtype, od);
+    pa.state_pages = pages, pa.input_rows = in_rows, pa.output_rows = out_rows, pa.layout = lay;
+    pa.compress_plans = null_plans ? NULL : (const c128_compress_plan *)p1, pa.num_compress = count1;
+    pa.write_plans = null_plans ? NULL : (const c128_write_plan *)p2, pa.num_write = count2;
+    st = c128_check_prefill_plans(null_args ? NULL : &pa, null_report ? NULL : &rep);
+  } else {
+    da.head_dim = D;
+    fz_put_dtype(&da.state_dtype, sd), fz_put_dtype(&da.input_dtype, id), fz_put_dtype(&da.output_dtype, od);
+    da.state_pages = pages, da.output_rows = out_rows, da.layout = lay;
+    da.plans = null_plans ? NULL : (const c128_decode_plan *)p1, da.batch = count1;
+    st = c128_check_decode_plans(null_args ? NULL : &da, null_report ? NULL : &rep);
+  }
+  const uint32_t bit = fz_bit_of(st);
+
+  /* The argument errors these arguments have. */
+  uint32_t errs = 0;
+  if (null_args || null_report) errs |= FZ_BIT(C128_ERROR_NULL_POINTER);
+  if (D <= 0 || D % 64) errs |= FZ_BIT(C128_ERROR_UNSUPPORTED_INSTANCE);
+  else if (pages > INT64_MAX / ((int64_t)128 * 2 * D * 4)) errs |= FZ_BIT(C128_ERROR_STATE_TOO_LARGE);
+  if (pages < 0 || out_rows < 0 || count1 < 0 || count2 < 0 || (prefill && in_rows < 0))
+    errs |= FZ_BIT(C128_ERROR_NEGATIVE_SIZE);
+  if (!fz_layout_valid(lay)) errs |= FZ_BIT(C128_ERROR_INVALID_LAYOUT);
+  if (null_plans && (count1 > 0 || count2 > 0)) errs |= FZ_BIT(C128_ERROR_NULL_POINTER);
+  if (errs) {
+    FZ_CHECK(5, bit & errs, "checker: %s; the arguments have the errors 0x%x", c128_status_string(st), errs);
+  } else {
+    FZ_CHECK(5, st == C128_SUCCESS || st == C128_ERROR_INVALID_PLAN, "checker: %s for valid arguments",
+             c128_status_string(st));
+    const fz_layout L = fz_layout_of(pages, lay);
+    int *off1 = (int *)fz_alloc((size_t)n1 * sizeof(int) + 1), *off2 = (int *)fz_alloc((size_t)n2 * sizeof(int) + 1);
+    int *run = (int *)fz_alloc((size_t)(n1 + n2) * sizeof(int) + 1);
+    int64_t *slot = (int64_t *)fz_alloc((size_t)(n1 + n2) * sizeof(int64_t) + 1);
+    for (int64_t k = 0; k < count1; ++k) {
+      if (prefill) {
+        const c128_compress_plan p = ((c128_compress_plan *)p1)[k];
+        const m_compress m = m_compress_plan(&L, k, in_rows, out_rows, p);
+        off1[k] = m.reason == M_SKIP ? 1 : m.reason == M_RUN && p.seq_len % 128 != 0 ? 2 : 0;
+      } else {
+        const c128_decode_plan p = ((c128_decode_plan *)p1)[k];
+        const m_decode m = m_decode_plan(&L, k, count1, out_rows, p);
+        off1[k] = m.reason == M_SKIP ? 1 : m.reason == M_RUN && m.boundary && p.read_page_1 != p.write_loc / 128 ? 2 : 0;
+        run[k] = m.reason == M_RUN, slot[k] = p.write_loc;
+      }
+    }
+    if (!prefill) fz_mark_duplicates(slot, run, count1, off1);
+    for (int64_t k = 0; k < count2; ++k) {
+      const c128_write_plan p = ((c128_write_plan *)p2)[k];
+      const m_write m = m_write_plan(&L, in_rows, p);
+      off2[k] = m.reason == M_SKIP, run[k] = m.reason == M_RUN, slot[k] = p.write_loc;
+    }
+    if (prefill) fz_mark_duplicates(slot, run, count2, off2);
+    if (prefill)
+      fz_check_report(st, &rep, msg, msg_size, off1, count1, off2, count2, C128_PLAN_COMPRESS, C128_PLAN_WRITE);
+    else fz_check_report(st, &rep, msg, msg_size, off1, count1, NULL, 0, C128_PLAN_DECODE, C128_PLAN_DECODE);
+    free(off1), free(off2), free(run), free(slot);
+  }
+  { /* c128_status_string on any value a C caller may hold */
+    int32_t v = (int32_t)rd_u32(r);
+#if FZ_AVOID_KNOWN_BUG_2
+    v &= 31;
+#endif
+    c128_status any;
+    memcpy(&any, &v, sizeof v);
+    const char *text = c128_status_string(any);
+    FZ_CHECK(5, text && strlen(text) > 0, "c128_status_string(%d) is empty", v);
+  }
+  free(p1), free(p2), free(msg);
+}

@@ -1,0 +1,65 @@
+/* The library's own plan reasons (SPEC 6.5), called directly: the one place that knows the
+   implementation's internal names, so that a refactoring of c128.cuh touches this file only.
+   Part of fuzz_c128.cu. Classes: M_RUN, M_PAD, M_SKIP. */
+
+static int fz_reason_class(int reason) { return reason == C128__RUN ? M_RUN : reason == C128__PADDING ? M_PAD : M_SKIP; }
+
+typedef struct fz_lib_decode {
+  int reason;
+  int64_t write_row; /* -1: the slot belongs to another rank */
+  int boundary;
+  int64_t read_row0, out_row;
+  int buffer_len;
+} fz_lib_decode;
+
+static fz_lib_decode fz_lib_decode_reason(const c128_decode_args *a, int64_t b) {
+  const c128__params p = c128__decode_params(a);
+  c128__decode_job job;
+  memset(&job, 0, sizeof job);
+#ifdef C128_MAX_DECODE_GROUP
+  const int reason = c128__decode_prepare(&p, b, 0, &job);
+#else
+  const c128__trait t = {a->head_dim, (int)a->state_dtype, (int)a->input_dtype, (int)a->output_dtype};
+  const int reason = c128__decode_prepare(&p, t, b * C128_NUM_SPLIT(a->head_dim), &job);
+#endif
+  fz_lib_decode d = {reason, job.write ? job.write_row : -1, job.boundary, job.win.state_row0, job.win.out_row,
+                     job.win.buffer_len};
+  return d;
+}
+
+typedef struct fz_lib_compress {
+  int reason;
+  int64_t state_row0, input_row0, out_row;
+  int buffer_len;
+} fz_lib_compress;
+
+static fz_lib_compress fz_lib_compress_reason(const c128_prefill_args *a, int64_t k) {
+  const c128__params p = c128__prefill_params(a, 1);
+  const c128__trait t = {a->head_dim, (int)a->state_dtype, (int)a->input_dtype, (int)a->output_dtype};
+  c128__window w;
+  memset(&w, 0, sizeof w);
+  const int reason = c128__compress_prepare(&p, t, k * C128_NUM_SPLIT(a->head_dim), &w);
+  fz_lib_compress c = {reason, w.state_row0, w.input_row0, w.out_row, w.buffer_len};
+  return c;
+}
+
+static int fz_lib_write_reason(const c128_prefill_args *a, int64_t k, int64_t *src, int64_t *dst) {
+  const c128__params p = c128__prefill_params(a, 0);
+  return c128__write_prepare(&p, k, src, dst);
+}
+
+static const char *fz_lib_reason_text(int reason) { return c128__reason_text(reason); }
+
+/* Requests per decode block the host runner uses (0 = automatic), and the grouping's limit. */
+#ifdef C128_MAX_DECODE_GROUP
+#define FZ_MAX_GROUP C128_MAX_DECODE_GROUP
+static int32_t fz_host_group(const c128_decode_args *a) {
+  const c128__trait t = {a->head_dim, (int)a->state_dtype, (int)a->input_dtype, (int)a->output_dtype};
+  return c128__decode_group(a, t, 132);
+}
+static void fz_set_group(c128_decode_args *a, int32_t g) { a->requests_per_block = g; }
+#else
+#define FZ_MAX_GROUP 1
+static int32_t fz_host_group(const c128_decode_args *a) { return (void)a, 1; }
+static void fz_set_group(c128_decode_args *a, int32_t g) { (void)a, (void)g; }
+#endif

@@ -1,0 +1,672 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of fuzz/fuzz_c128.cu into fuzz/corpus/ (or the directory given).
+
+Each seed is a named case encoded in the target's input format: a stream of little-endian
+fields read in order by the mode's decoder (see the mode files). The encoder below mirrors the
+decoders field by field; `C128_FUZZ_VERBOSE=1 fuzz/run.sh repro fuzz/corpus/*` prints what each
+seed decodes to. Seeds are valid batches, edge cases of SPEC 6.5 and argument errors.
+
+    python3 fuzz/make_corpus.py [DIR]
+"""
+import os
+import struct
+import sys
+
+INSTANCES = ["h128_f32_f32_f32", "h128_bf16_bf16_bf16", "h128_bf16_f32_f32", "h128_f32_bf16_bf16",
+             "h64_bf16_f32_bf16", "h256_f32_f32_f32"]
+F32, BF16, BF16_F32, F32_BF16, H64, H256 = range(6)
+
+
+class Enc:
+    def __init__(self):
+        self.b = bytearray()
+
+    def u8(self, v):
+        self.b += struct.pack("<B", v & 0xFF)
+
+    def u16(self, v):
+        self.b += struct.pack("<H", v & 0xFFFF)
+
+    def u32(self, v):
+        self.b += struct.pack("<I", v & 0xFFFFFFFF)
+
+    def u64(self, v):
+        self.b += struct.pack("<Q", v & 0xFFFFFFFFFFFFFFFF)
+
+    def below(self, n, v):  # rd_below: one byte, value mod n
+        assert 0 <= v < max(n, 1), (n, v)
+        if n > 1:
+            self.u8(v)
+
+    def below16(self, n, v):
+        assert 0 <= v < max(n, 1), (n, v)
+        if n > 1:
+            self.u16(v)
+
+    def raw(self, data):
+        self.b += data
+
+
+# ---- shared pieces (kernels.h) ----------------------------------------------------------------
+def layout(e, size=1, rank=0, ppr=0, raw=None):
+    """rd_layout: sel < 4 -> unsharded; 4..6 -> size 2..4; 7 -> raw int32s."""
+    if raw is not None:
+        e.below(8, 7)
+        e.u32(raw[0]), e.u32(raw[1]), e.u32(raw[2])
+    elif size <= 1:
+        e.below(8, size & 1)
+        e.below(4, ppr)
+    else:
+        e.below(8, 4)
+        e.below(3, size - 2)
+        e.below(size, rank)
+        e.below(6, ppr)
+
+
+def span_of(pages, size, ppr):
+    s = size * ppr if size > 1 else pages
+    return max(0, min(12, s))
+
+
+def page(e, span, p):  # rd_page: -1 .. span + 1
+    e.below(span + 3, p + 1)
+
+
+def slot(e, s):  # rd_slot
+    e.u8(s if s < 128 else 200)
+
+
+def corruption(e, c):
+    e.u8(0 if c == 0 else 200 + c - 1)
+
+
+def decode_plan(e, span, seq=None, wpage=None, wslot=0, rpage=None, rpage0=0, raw=None, pad=False):
+    """rd_decode_plan. raw: 16 bytes. pad: seq_len 0 (kind % 16 == 1)."""
+    if raw is not None:
+        e.u8(0)
+        e.raw(raw)
+        return
+    same = rpage is None
+    kind = 0x82 if same else 0x02  # kind % 4 != 0: structured; bit 7: read page = write page
+    if pad:
+        kind = 0x81 if same else 0x01  # kind % 16 == 1: seq_len 0
+    e.u8(kind)
+    if not pad:
+        e.u16((seq or 1) - 1)
+    page(e, span, wpage)
+    if wpage >= 0:
+        slot(e, wslot)
+    if not same:
+        page(e, span, rpage)
+    page(e, span, rpage0)
+
+
+def compress_plan(e, n_rows, span, seq=128, bl=0, rag=None, rpage=0, raw=None, sentinel=False, rag_raw=None):
+    """rd_compress_plan; rag is the ragged_id wanted (encoded relative to its lower bound)."""
+    if raw is not None:
+        e.u8(0)
+        e.raw(raw)
+        return
+    e.u8(3 if rag_raw is not None else 1)
+    if sentinel:
+        e.u8(0)
+    elif seq % 128 or seq > 1024 or seq == 0:
+        e.u8(1)
+        e.u32(seq)
+    else:
+        e.u8(8 + seq // 128 - 1)  # sel % 8 + 1 == seq / 128, sel >= 2
+    if bl < 128:
+        e.u8(bl)
+    elif bl == 0:
+        e.u8(150)
+    else:
+        e.u8(192 + (bl - 127))  # 127 + sel % 4
+    lo = 0 if bl >= 127 else 127 - bl
+    m = max(1, n_rows - lo + 2)
+    r = (rag if rag is not None else lo) - lo
+    minus = 0
+    if r < 0:
+        r, minus = 0, 1
+    e.below16(m, r % m)
+    e.below(2, minus)
+    if rag_raw is not None:
+        e.u16(rag_raw)
+    page(e, span, rpage)
+    page(e, span, 0)
+
+
+def write_plan(e, n_rows, span, rag=0, wpage=0, wslot=0, raw=None, sentinel=False, neg=None):
+    if raw is not None:
+        e.u8(0)
+        e.raw(raw)
+        return
+    if sentinel:
+        e.u8(0x11)
+        page(e, span, wpage)
+        if wpage < 0:
+            e.below(200, 0)
+        else:
+            slot(e, wslot)
+        return
+    kind = 0x82 if neg is None else 0x02
+    e.u8(kind)
+    e.below16(n_rows + 2, rag)
+    page(e, span, wpage)
+    if wpage < 0:
+        if neg is not None:
+            e.below(200, neg)
+    else:
+        slot(e, wslot)
+
+
+# ---- mode 0: decode ------------------------------------------------------------------------------
+def decode_case(inst, flags, pages, plans, out_extra=0, lay=None, corrupt=0, seed=1, style=0, msg=0, group=0, group2=4):
+    e = Enc()
+    e.below(5, 0)
+    e.below(6, inst)
+    e.u8(flags)
+    e.below(5, pages)
+    e.below(9, len(plans))
+    e.u8(out_extra)  # < 224: output_rows = batch + osel % 3
+    lay = lay or {}
+    layout(e, **lay)
+    corruption(e, corrupt)
+    e.u64(seed)
+    e.below(3, style)
+    e.u8(0 if group == 0 else 128 + group - 1 if 1 <= group <= 16 else 248 if group == -1 else 249)
+    span = span_of(pages, lay.get("size", 1), lay.get("ppr", 0))
+    for p in plans:
+        decode_plan(e, span, **p)
+    e.below(16, group2 - 1)  # the second run's requests_per_block (when results must agree)
+    e.below(3, msg)
+    return bytes(e.b)
+
+
+# ---- mode 1: prefill ------------------------------------------------------------------------------
+def prefill_case(inst, flags, pages, rows, compress, writes, out_extra=0, lay=None, corrupt=0, seed=2, style=0, msg=0):
+    e = Enc()
+    e.below(5, 1)
+    e.below(6, inst)
+    e.u8(flags)
+    e.below(5, pages)
+    e.below16(301, rows)
+    e.below(7, len(compress))
+    e.below(25, len(writes))
+    e.u8(out_extra)
+    lay = lay or {}
+    layout(e, **lay)
+    corruption(e, corrupt)
+    e.u64(seed)
+    e.below(3, style)
+    span = span_of(pages, lay.get("size", 1), lay.get("ppr", 0))
+    for c in compress:
+        compress_plan(e, rows, span, **c)
+    for w in writes:
+        write_plan(e, rows, span, **w)
+    e.below(3, msg)
+    return bytes(e.b)
+
+
+# ---- mode 2: scenario -------------------------------------------------------------------------------
+def scenario_case(inst, steps, kind=0, R=128, spec=0, shards=1, num_pool=1, spare=0, nreq=1, flags=0, style=0,
+                  seed=3, perm_choices=None, ppr_extra=0):
+    """steps: ("extend", [(req, e), ...]) / ("verify", [(req, n, accept), ...]) / ("decode", [req or -1, ...])
+    / ("reset", req). A request left out of an extend batch is skipped (first in the list is the rotation)."""
+    e = Enc()
+    e.below(5, 2)
+    e.below(6, inst)
+    e.u8(flags)
+    e.below(4, kind)
+    if kind != 0:
+        e.below(3, R // 128 - 1)
+    else:
+        R = 128
+    e.below(2, spec)
+    if shards == 1:
+        e.below(8, 0)
+    else:
+        e.below(8, 6)
+        e.below(2, shards - 2)
+    e.below(2 if shards > 1 else 4, num_pool - 1)
+    e.below(3, spare)
+    e.below(min(num_pool, 3), nreq - 1)
+    for k in range(num_pool - 1, 0, -1):
+        e.below(k + 1, (perm_choices or {}).get(k, 0))
+    e.u64(seed)
+    e.below(2, style)
+    logical = num_pool * (R // 128) + spare
+    if shards > 1:
+        e.below(2, ppr_extra)
+        pages = shards * ((logical + shards - 1) // shards + ppr_extra)
+    else:
+        e.below(2, 0)
+        e.below(3, 0)
+        pages = logical
+    if kind >= 2:
+        for k in range(pages - 1, 0, -1):
+            e.below(k + 1, (k * 7 + 3) % (k + 1))  # a fixed shuffle
+        if kind == 3:
+            for _ in range(num_pool):
+                e.below(3, 1)
+    lens = [0] * nreq
+    max_drafts = R - 128 + 2 if spec else 1
+    e.below(8, len(steps) - 1)
+    for step in steps:
+        op = step[0]
+        if op == "extend" or op == "verify":
+            items = step[1]
+            verify = op == "verify"
+            e.below(8, 5 if verify else 0)
+            first = items[0][0]
+            e.below(nreq, first)
+            want = {it[0]: it for it in items}
+            rows = 0
+            chosen = []
+            for t in range(nreq):
+                i = (first + t) % nreq
+                if i not in want:
+                    e.u8(5)  # sel % 5 == 0 -> left out (t > 0)
+                    continue
+                it = want[i]
+                if verify:
+                    n, acc = it[1], it[2]
+                    if n > max_drafts:
+                        e.u8(1)  # sel % 16 == 1 -> max_drafts + 1
+                        n = max_drafts + 1
+                    else:
+                        e.u8(2)
+                        e.below16(max_drafts, n - 1)
+                else:
+                    n = it[1]
+                    # a sel % 5 == 0 would leave a request other than the first out
+                    if n <= 40:
+                        assert t == 0 or (n - 1) % 5, "extend %d cannot follow the first request" % n
+                        e.u8(n - 1)
+                    elif n >= 100:
+                        e.u8(181)
+                        e.below(201, n - 100)
+                    else:
+                        d = n - (128 - lens[i] % 128)
+                        assert -2 <= d <= 2, "extend of 41..99 must be within 2 of the boundary"
+                        assert t == 0 or d != -2
+                        e.u8(100 + d + 2)
+                    acc = n
+                if lens[i] + n > 768 or rows + n > 320:
+                    continue
+                if verify:
+                    e.below16(n, acc - 1)
+                rows += n
+                chosen.append((i, n, acc))
+            if not chosen:
+                continue
+            e.below(3, 0)  # capacity = rows
+            refused = verify and any(n > max_drafts for _, n, _ in chosen)
+            if refused:
+                continue
+            if (flags & 8) and (flags & 4):
+                for _ in chosen:
+                    e.below(4, 1)  # no absent request before it
+            e.below(2, 0)  # output rows = launched count
+            for i, n, acc in chosen:
+                lens[i] += acc
+        elif op == "decode":
+            e.below(8, 3)
+            reqs = step[1]
+            # the decoder walks the requests in order, padding rows before each
+            B = 0
+            order = []
+            pos = 0
+            for i in range(nreq):
+                while pos < len(reqs) and reqs[pos] == -1:
+                    e.below(4, 0)
+                    order.append(-1)
+                    pos += 1
+                e.below(4, 1)
+                if pos < len(reqs) and reqs[pos] == i:
+                    e.below(6, 1)
+                    order.append(i)
+                    pos += 1
+                else:
+                    e.below(6, 0)
+            assert pos == len(reqs), "decode rows must list requests in order, padding (-1) anywhere before them"
+            for w in order:
+                if w < 0:
+                    e.u8(3)
+                else:
+                    e.below(2, 0)
+            e.below(2, 0)
+            for w in order:
+                if w >= 0:
+                    lens[w] += 1
+        elif op == "reset":
+            e.below(8, 7)
+            e.below(nreq, step[1])
+            lens[step[1]] = 0
+    return bytes(e.b)
+
+
+# ---- mode 3: planners ---------------------------------------------------------------------------------
+def seq_field(e, v):
+    if v == 0:
+        e.below(16, 7)
+    elif 0 < v < 600:
+        e.below(16, 0)
+        e.below16(600, v)
+    elif v < 0 and v >= -256:
+        e.below(16, 10)
+        e.u8(-1 - v)
+    elif v >= 0x7FFFFFFF - 255:
+        e.below(16, 9)
+        e.u8(0x7FFFFFFF - v)
+    else:
+        e.below(16, 11)
+        e.u32(v)
+
+
+def extend_field(e, seq, v):
+    if v == 0:
+        e.below(12, 0)
+        return
+    e.below(12, 1)
+    if 0 < v <= min(seq, 300) and seq > 0:
+        e.below(16, 0)
+        e.below16(min(seq, 300), v - 1)
+    elif v == seq:
+        e.below(16, 9)
+    elif v == seq + 1:
+        e.below(16, 10)
+    elif 65535 <= v <= 65537:
+        e.below(16, 12)
+        e.below(3, v - 65535)
+    elif v < 0:
+        e.below(16, 11)
+        e.u8(-1 - v)
+    else:
+        e.below(16, 13)
+        e.u32(v)
+
+
+def pool_field(e, num_pool, v):
+    m = (num_pool if 0 < num_pool < 200 else 4) + 2
+    if -1 <= v < m - 1:
+        e.below(16, 0)
+        e.below(m, v + 1)
+    elif v == 0x7FFFFFFF:
+        e.below(16, 13)
+    else:
+        e.below(16, 12)
+        e.u32(v)
+
+
+def pages_field(e, v):
+    if 0 <= v < 25:
+        e.below(16, 0)
+        e.below(25, v)
+    elif v == 0x7FFFFFFF // 128:
+        e.below(16, 10)
+    elif v == 0x7FFFFFFF // 128 + 1:
+        e.below(16, 11)
+    else:
+        e.below(16, 13)
+        e.u64(v)
+
+
+def planner_case(decode, requests, R=0, spec=0, pages=8, table=None, stride=None, num_pool=None, verify=0,
+                 capacity=600, counts=True):
+    e = Enc()
+    e.below(5, 3)
+    e.below(3, 0 if decode else 1)
+    if R == 0:
+        e.below(8, 0)
+    elif R in (128, 256, 384):
+        e.below(8, R // 128)
+    elif R % 128 == 0 and 0 <= R // 128 < 40:
+        e.below(8, 4)
+        e.below(40, R // 128)
+    elif R == -128:
+        e.below(8, 6)
+    elif R == 100:
+        e.below(8, 7)
+    else:
+        e.below(8, 5)
+        e.u32(R)
+    e.below(3, spec)
+    pages_field(e, pages)
+    Rv = R if R else 128
+    chunks = Rv // 128 if Rv > 0 and Rv % 128 == 0 else 1
+    e.below(2, 1 if table is not None else 0)
+    assert table is None or chunks <= 64
+    if table is not None:
+        np_ = num_pool
+        if np_ == -1:
+            e.below(8, 0)
+        else:
+            e.below(8, 1)
+            e.below(6, np_)
+        st = stride if stride is not None else chunks
+        d = st - chunks
+        if d == -1:
+            e.below(3, 0)
+            e.below(8, 0)
+        else:
+            e.below(3, d)
+            e.below(8, 1)
+        entries = max(np_, 0) * max(st, 0)
+        assert len(table) == entries
+        for v in table:
+            if -1 <= v < 11:
+                e.below(8, 0)
+                e.below(12, v + 1)
+            else:
+                e.below(8, 6)
+                e.u32(v)
+    e.below(2, verify)
+    n = len(requests)
+    if n < 9:
+        e.u8(0)
+        e.below(9, n)
+    else:
+        e.u8(224)
+        e.below16(601, n)
+    npool = num_pool if table is not None else 0
+    for pool, seq, ext in requests:
+        pool_field(e, npool, pool)
+        seq_field(e, seq)
+        extend_field(e, seq, ext)
+        e.below(12, 1)  # not absent (absent requests are given as seq 0, extend 0)
+    if capacity == 0:
+        e.below(16, 12)
+    elif capacity == -1:
+        e.below(16, 13)
+    elif capacity == 65536:
+        e.below(16, 14)
+    else:
+        e.below(16, 0)
+        e.below16(700, capacity)
+    e.below(4, 1 if counts else 0)
+    return bytes(e.b)
+
+
+# ---- mode 4: checker ------------------------------------------------------------------------------------
+def size_field(e, v):
+    if 0 <= v < 700:
+        e.below(16, 0)
+        e.below16(700, v)
+    elif -256 <= v < 0:
+        e.below(16, 9)
+        e.u8(-1 - v)
+    else:
+        e.below(16, 12)
+        e.u64(v)
+
+
+def checker_case(prefill, head_dim=128, dtypes=(0, 0, 0), pages=4, in_rows=300, out_rows=8, lay=None, plans=(),
+                 writes=(), null_plans=False, msg=64, null_args=False, null_report=False):
+    e = Enc()
+    e.below(5, 4)
+    e.below(2, prefill)
+    if head_dim % 64 == 0 and 64 <= head_dim <= 512:
+        e.below(12, 0)
+        e.below(8, head_dim // 64 - 1)
+    else:
+        e.below(12, 6)
+        e.u32(head_dim)
+    for d in dtypes:
+        if d == 0:
+            e.below(8, 0)
+        elif d == 14:
+            e.below(8, 3)
+        else:
+            e.below(8, 6)
+            e.u32(d)
+    for v in (pages, in_rows, out_rows):
+        size_field(e, v)
+    lay = lay or {}
+    layout(e, **lay)
+    e.below(17, len(plans))
+    if prefill:
+        e.below(17, len(writes))
+    e.below(16, 3 if null_plans else 4)
+    span = pages if 0 <= pages < 12 else 12
+    rows = in_rows if 0 < in_rows < 700 else 300
+    for p in plans:
+        if prefill:
+            compress_plan(e, rows, span, **p)
+        else:
+            decode_plan(e, span, **p)
+    for w in writes:
+        write_plan(e, rows, span, **w)
+    if msg == 0:
+        e.below(8, 6)
+    else:
+        e.below(8, 0)
+        e.below(120, msg)
+    e.below(64, 0 if null_args else 1)
+    e.below(64, 0 if null_report else 1)
+    return bytes(e.b)
+
+
+def cases():
+    c = {}
+    P = 4
+    # -- decode kernel
+    c["decode-valid-boundary"] = decode_case(F32, 0x01, 2, [
+        dict(seq=128, wpage=0, wslot=127), dict(seq=6, wpage=1, wslot=5), dict(pad=True, wpage=1, wslot=3)])
+    c["decode-bf16-race-same-slot"] = decode_case(BF16, 0x01, 2, [
+        dict(seq=9, wpage=1, wslot=8), dict(seq=9, wpage=1, wslot=8), dict(seq=256, wpage=0, wslot=127)])
+    c["decode-window-written-by-other"] = decode_case(H64, 0x03, 2, [
+        dict(seq=128, wpage=0, wslot=127), dict(seq=40, wpage=0, wslot=39)])
+    c["decode-shared-rank1"] = decode_case(BF16_F32, 0x01, 4, [
+        dict(seq=128, wpage=1, wslot=127), dict(seq=300, wpage=2, wslot=127), dict(seq=5, wpage=3, wslot=4),
+        dict(seq=256, wpage=5, wslot=127)], lay=dict(size=2, rank=1, ppr=2))
+    c["decode-out-of-range"] = decode_case(F32_BF16, 0x2C, 2, [
+        dict(seq=9, wpage=2, wslot=5), dict(seq=128, wpage=0, wslot=127, rpage=-1),
+        dict(seq=128, wpage=1, wslot=127, rpage=3), dict(raw=struct.pack("<IiII", 7, -5, 0, 0)),
+        dict(raw=struct.pack("<IiII", 0xFFFFFFFF, 0x7FFFFFFF, 0x7FFFFFFF, 0x80000000))])
+    c["decode-specials-reverse"] = decode_case(H256, 0x02, 1, [dict(seq=128, wpage=0, wslot=127)], style=2)
+    c["decode-grouped-ordered-writes"] = decode_case(F32, 0x01, 2, [
+        dict(seq=128, wpage=0, wslot=127), dict(seq=11, wpage=0, wslot=10), dict(seq=256, wpage=1, wslot=127),
+        dict(seq=4, wpage=1, wslot=3)], group=4, group2=1)
+    c["decode-grouped-race"] = decode_case(BF16, 0x01, 2, [
+        dict(seq=128, wpage=0, wslot=127), dict(seq=2, wpage=1, wslot=1), dict(seq=6, wpage=0, wslot=5)], group=3)
+    c["decode-group-out-of-range"] = decode_case(F32, 0, 1, [dict(seq=3, wpage=0, wslot=2)], group=17)
+    c["decode-null-state"] = decode_case(F32, 0, 1, [dict(seq=3, wpage=0, wslot=2)], corrupt=1)
+    c["decode-misaligned-input"] = decode_case(BF16, 0, 1, [dict(seq=3, wpage=0, wslot=2)], corrupt=7)
+    c["decode-batch-int32-max"] = decode_case(H64, 0, 1, [dict(seq=3, wpage=0, wslot=2)], corrupt=18)
+    c["decode-bad-layout"] = decode_case(F32, 0, 2, [dict(seq=3, wpage=0, wslot=2)], lay=dict(raw=(3, 2, 1)))
+    # -- prefill kernels
+    c["prefill-mixed-window"] = prefill_case(F32, 0x01, 2, 200, [
+        dict(seq=256, bl=120, rag=6, rpage=1), dict(seq=384, bl=0, rag=134)],
+        [dict(rag=135 + k, wpage=0, wslot=k) for k in range(6)])
+    c["prefill-bf16-duplicate-writes"] = prefill_case(BF16, 0x03, 2, 140, [dict(seq=128, bl=0, rag=127)],
+                                                      [dict(rag=1, wpage=1, wslot=7), dict(rag=2, wpage=1, wslot=7),
+                                                       dict(rag=3, wpage=0, wslot=0), dict(sentinel=True, wpage=0)])
+    c["prefill-edges"] = prefill_case(F32_BF16, 0x0D, 2, 128, [
+        dict(seq=128, bl=127, rag=0, rpage=0), dict(seq=128, bl=128, rag=0), dict(seq=130, bl=5, rag=122, rpage=1),
+        dict(seq=128, bl=0, rag=126), dict(seq=128, bl=0, rag=128), dict(sentinel=True)],
+        [dict(rag=127, wpage=1, wslot=0), dict(rag=128, wpage=1, wslot=1), dict(rag=0, wpage=-1, neg=5),
+         dict(rag=0, wpage=2, wslot=0)], out_extra=1)
+    c["prefill-shared-size3"] = prefill_case(BF16_F32, 0x01, 4, 260, [
+        dict(seq=256, bl=60, rag=66, rpage=2), dict(seq=256, bl=0, rag=259, rpage=4)],
+        [dict(rag=k, wpage=k % 6, wslot=k) for k in range(12)], lay=dict(size=3, rank=2, ppr=2))
+    c["prefill-too-many-rows"] = prefill_case(F32, 0, 1, 10, [], [dict(rag=1, wpage=0, wslot=1)], corrupt=17)
+    c["prefill-too-many-plans"] = prefill_case(F32, 0, 1, 130, [dict(seq=128, bl=0, rag=127)], [], corrupt=18)
+    c["prefill-h256-splits"] = prefill_case(H256, 0x10, 1, 128, [dict(seq=128, bl=0, rag=127)],
+                                            [dict(rag=5, wpage=0, wslot=5)])
+    c["prefill-h64-specials"] = prefill_case(H64, 0x01, 2, 150, [dict(seq=256, bl=100, rag=30, rpage=1)],
+                                             [dict(rag=k, wpage=1, wslot=k) for k in range(20)], style=2)
+    c["prefill-raw-plans"] = prefill_case(BF16, 0x01, 3, 64, [dict(raw=struct.pack("<IHHii", 128, 63, 127, 0, 2)),
+                                                              dict(raw=bytes([0xFF] * 16))],
+                                          [dict(raw=struct.pack("<Ii", 63, 3 * 128 - 1)),
+                                           dict(raw=struct.pack("<Ii", 0xFFFFFFFE, 0))])
+    c["prefill-output-too-small"] = prefill_case(F32, 0, 1, 128, [dict(seq=128, bl=0, rag=127)] * 2, [],
+                                                 out_extra=225)
+    # -- scenarios
+    c["scen-legacy-prefix120-extend"] = scenario_case(F32, [("extend", [(0, 120)]), ("extend", [(0, 128)]),
+                                                            ("decode", [0])])
+    c["scen-legacy-boundary-decode"] = scenario_case(BF16, [("extend", [(0, 127)]), ("decode", [0]), ("decode", [0])],
+                                                     flags=0x01)
+    c["scen-ring256-verify130"] = scenario_case(F32, [("extend", [(0, 126)]), ("verify", [(0, 130, 1)]),
+                                                      ("decode", [0]), ("verify", [(0, 5, 3)])],
+                                                kind=1, R=256, spec=1, flags=0x01)
+    c["scen-verify-over-limit"] = scenario_case(BF16_F32, [("extend", [(0, 10)]), ("verify", [(0, 131, 1)]),
+                                                           ("verify", [(0, 2, 2)])], kind=1, R=256, spec=1)
+    c["scen-pagetable384-two-requests"] = scenario_case(
+        BF16, [("extend", [(1, 300), (0, 5)]), ("decode", [-1, 0, 1]), ("verify", [(0, 200, 77), (1, 3, 2)]),
+               ("extend", [(0, 129)])], kind=3, R=384, spec=1, num_pool=3, spare=1, nreq=2, flags=0x0D,
+        perm_choices={2: 1, 1: 0})
+    c["scen-shards2-boundary"] = scenario_case(F32, [("extend", [(0, 127)]), ("decode", [0]), ("extend", [(0, 200)])],
+                                               kind=1, R=256, shards=2, num_pool=2, flags=0x01)
+    c["scen-shards3-pagetable"] = scenario_case(BF16_F32, [("extend", [(0, 250), (1, 7)]), ("decode", [0, 1]),
+                                                           ("extend", [(1, 128)])],
+                                                kind=2, R=128, shards=3, num_pool=2, nreq=2, flags=0x41, ppr_extra=1)
+    c["scen-reset-reuse-pool"] = scenario_case(H64, [("extend", [(0, 100)]), ("reset", 0), ("extend", [(0, 127)]),
+                                                     ("decode", [0])], flags=0x02)
+    c["scen-device-planner-padded"] = scenario_case(
+        F32_BF16, [("extend", [(0, 256), (1, 20)]), ("decode", [0, -1, 1]), ("extend", [(1, 108)])],
+        kind=2, R=256, num_pool=2, nreq=2, flags=0x0C, style=1)
+    c["scen-h256-prefill512"] = scenario_case(H256, [("extend", [(0, 300)]), ("extend", [(0, 212)])], kind=1, R=128)
+    c["scen-spec128-verify2"] = scenario_case(F32, [("extend", [(0, 126)]), ("verify", [(0, 2, 1)]),
+                                                    ("verify", [(0, 2, 2)]), ("decode", [0])], spec=1)
+    # -- planners
+    c["plan-ring-three-requests"] = planner_case(False, [(0, 300, 300), (2, 140, 12), (1, 128, 1)], R=256, pages=6)
+    c["plan-pagetable-bad-entry"] = planner_case(False, [(1, 200, 200), (0, 5, 5)], R=256, pages=6, table=[0, 1, 2, -1],
+                                                 num_pool=2)
+    c["plan-too-many-rows"] = planner_case(False, [(0, 65537, 65537)], pages=4)
+    c["plan-verify-limit"] = planner_case(False, [(0, 500, 131), (1, 10, 1)], R=256, spec=1, pages=8, verify=1)
+    c["plan-300-requests"] = planner_case(False, [(k % 4, 1 + k, 1) for k in range(300)], pages=4)
+    c["plan-bad-ring"] = planner_case(False, [(0, 10, 10)], R=100, pages=4)
+    c["plan-state-too-large"] = planner_case(True, [(0, 10, 0)], pages=0x7FFFFFFF // 128 + 1)
+    c["plan-decode-padding-negative"] = planner_case(True, [(0, 0, 0), (1, 129, 0), (2, -5, 0), (0, 1, 0)], pages=3)
+    c["plan-seq-int32-max"] = planner_case(False, [(0, 0x7FFFFFFF, 300)], R=256, spec=1, pages=4)
+    c["plan-capacity-too-small"] = planner_case(False, [(0, 300, 300)], pages=2, capacity=5, counts=False)
+    c["plan-decode-pagetable"] = planner_case(True, [(0, 385, 0), (1, 1, 0)], R=384, pages=9,
+                                              table=[3, 4, 5, 0, 1, 2], num_pool=2)
+    # -- checker
+    c["check-decode-duplicates"] = checker_case(0, pages=P, out_rows=4, plans=[
+        dict(seq=128, wpage=0, wslot=127), dict(seq=9, wpage=1, wslot=8), dict(seq=9, wpage=1, wslot=8)])
+    c["check-prefill-conditions"] = checker_case(1, head_dim=256, pages=P, in_rows=300, out_rows=2, plans=[
+        dict(seq=130, bl=10, rag=200, rpage=1), dict(seq=128, bl=0, rag=127), dict(seq=128, bl=0, rag=127)],
+        writes=[dict(rag=3, wpage=1, wslot=3), dict(rag=4, wpage=1, wslot=3)])
+    c["check-odd-dtypes-layout"] = checker_case(1, dtypes=(7, 14, 0x7FFFFFFF), lay=dict(size=2, rank=1, ppr=3),
+                                                writes=[dict(rag=1, wpage=4, wslot=0)], msg=1)
+    c["check-null-report"] = checker_case(0, null_report=True, plans=[dict(seq=1, wpage=0, wslot=0)])
+    c["check-huge-sizes"] = checker_case(0, head_dim=512, pages=(1 << 62), out_rows=-3,
+                                         plans=[dict(seq=1, wpage=0, wslot=0)], msg=0)
+    c["check-head-dim-not-64"] = checker_case(1, head_dim=100, plans=[dict(seq=128)])
+    return c
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+    os.makedirs(out, exist_ok=True)
+    for name in os.listdir(out):
+        os.remove(os.path.join(out, name))
+    for name, data in sorted(cases().items()):
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+    print(f"{len(cases())} seeds in {out}")
+
+
+if __name__ == "__main__":
+    main()
