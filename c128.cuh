@@ -340,6 +340,11 @@ C128_API c128_status c128_instance_info_get(int index, c128_instance_info *info)
 /* Index of the instance for (head_dim, dtypes), or -1. */
 C128_API int c128_find_instance(int head_dim, c128_dtype state, c128_dtype input, c128_dtype output);
 
+/* Requests per decode block chosen when args.requests_per_block is 0, for a GPU of sm_count
+   multiprocessors: the largest group that costs no more block-windows per SM slot than any
+   other when every request is at a boundary (few blocks when few are: the common step). */
+C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count);
+
 C128_API c128_status c128_decode(const c128_decode_args *args, cudaStream_t stream);
 C128_API c128_status c128_prefill(const c128_prefill_args *args, cudaStream_t stream);
 /* The same kernels run on the CPU over host pointers; options may be NULL. */
@@ -1337,12 +1342,22 @@ static c128_status c128__launch(const void *kernel, int64_t blocks, int threads,
   return cudaLaunchKernelExC(&config, kernel, args) == cudaSuccess ? C128_SUCCESS : C128_ERROR_LAUNCH_FAILED;
 }
 
-/* Requests per decode block: as many as keep at least one full wave of blocks (2 per SM). */
+/* A block folds its boundary windows one after another, so with every request at a boundary a
+   group of g costs waves(blocks) * g window-times; ties go to the larger group. */
+C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count) {
+  const int64_t wave = (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1);
+  const int64_t splits = head_dim >= C128_TILE_DIM ? C128_NUM_SPLIT(head_dim) : 1;
+  int32_t best = 1;
+  int64_t best_cost = INT64_MAX;
+  for (int32_t g = 1; g <= C128_MAX_DECODE_GROUP && batch > 0; ++g) {
+    const int64_t blocks = (batch + g - 1) / g * splits, cost = (blocks + wave - 1) / wave * g;
+    if (cost <= best_cost) best = g, best_cost = cost;
+  }
+  return best;
+}
+
 static int32_t c128__decode_group(const c128_decode_args *a, c128__trait t, int sm_count) {
-  if (a->requests_per_block > 0) return a->requests_per_block;
-  const int64_t blocks_per_wave = (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1);
-  const int64_t group = a->batch * C128_NUM_SPLIT(t.head_dim) / blocks_per_wave;
-  return (int32_t)(group < 1 ? 1 : group > C128_MAX_DECODE_GROUP ? C128_MAX_DECODE_GROUP : group);
+  return a->requests_per_block > 0 ? a->requests_per_block : c128_decode_group_size(a->batch, t.head_dim, sm_count);
 }
 
 static int64_t c128__decode_blocks(const c128_decode_args *a, c128__trait t, int32_t group) {

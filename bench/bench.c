@@ -705,14 +705,12 @@ static double bench_measure_copy(const char *label) {
   return gbps;
 }
 
-/* The grid c128_decode launches for a batch: its automatic requests_per_block rule (as many
-   requests per block as keep one full wave of 2 blocks per SM, at most C128_MAX_DECODE_GROUP). */
+/* The grid c128_decode launches for a batch (its automatic requests_per_block). */
 static int64_t bench_decode_grid(int64_t batch) {
   int device = 0, sms = 0;
   BENCH_CUDA(cudaGetDevice(&device));
   BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int64_t group = batch * C128_NUM_SPLIT(BENCH_HEAD_DIM) / (C128_BLOCKS_PER_SM * sms);
-  group = group < 1 ? 1 : group > C128_MAX_DECODE_GROUP ? C128_MAX_DECODE_GROUP : group;
+  const int64_t group = bench_two_warp_decode_group_size(batch, BENCH_HEAD_DIM, sms);
   return (batch + group - 1) / group * C128_NUM_SPLIT(BENCH_HEAD_DIM);
 }
 

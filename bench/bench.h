@@ -30,7 +30,8 @@
   BENCH_EXTERN c128_status prefix##_plan_prefill(const c128_ring *ring, const c128_request *reqs,                  \
                                                  int64_t num_requests, int32_t verify, c128_prefill_plans *plans); \
   BENCH_EXTERN const char *prefix##_status_string(c128_status status);                                             \
-  BENCH_EXTERN int prefix##_epilogue(void); /* the C128_EPILOGUE it was compiled with */
+  BENCH_EXTERN int prefix##_epilogue(void); /* the C128_EPILOGUE it was compiled with */                           \
+  BENCH_EXTERN int32_t prefix##_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count);
 BENCH_DECLARE_COPY(bench_two_warp)
 BENCH_DECLARE_COPY(bench_legacy)
 #undef BENCH_DECLARE_COPY

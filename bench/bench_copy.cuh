@@ -37,6 +37,9 @@ BENCH_EXTERN c128_status BENCH_FN(plan_prefill)(const c128_ring *ring, const c12
 }
 BENCH_EXTERN const char *BENCH_FN(status_string)(c128_status status) { return c128_status_string(status); }
 BENCH_EXTERN int BENCH_FN(epilogue)(void) { return C128_EPILOGUE; }
+BENCH_EXTERN int32_t BENCH_FN(decode_group_size)(int64_t batch, int32_t head_dim, int32_t sm_count) {
+  return c128_decode_group_size(batch, head_dim, sm_count);
+}
 
 #undef BENCH_FN
 #undef BENCH_CAT

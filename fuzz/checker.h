@@ -62,10 +62,12 @@ static void fz_mode_checker(fz_reader *r) {
   const int64_t span = pages >= 0 && pages < 12 ? pages : 12;
   void *p1 = fz_alloc((size_t)n1 * 16 + 1), *p2 = fz_alloc((size_t)n2 * 8 + 1);
   for (int64_t k = 0; k < n1; ++k) {
-    if (prefill) ((c128_compress_plan *)p1)[k] = rd_compress_plan(r, in_rows > 0 && in_rows < 700 ? in_rows : 300, span);
+    if (prefill)
+      ((c128_compress_plan *)p1)[k] = rd_compress_plan(r, in_rows > 0 && in_rows < 700 ? in_rows : 300, span);
     else ((c128_decode_plan *)p1)[k] = rd_decode_plan(r, span);
   }
-  for (int64_t k = 0; k < n2; ++k) ((c128_write_plan *)p2)[k] = rd_write_plan(r, in_rows > 0 && in_rows < 700 ? in_rows : 300, span);
+  for (int64_t k = 0; k < n2; ++k)
+    ((c128_write_plan *)p2)[k] = rd_write_plan(r, in_rows > 0 && in_rows < 700 ? in_rows : 300, span);
   const int msel = rd_below(r, 8);
   const size_t msg_size = msel < 4 ? (size_t)rd_below(r, 120) : msel == 4 ? 1 : 0;
   char *msg = msel == 5 ? NULL : (char *)fz_alloc(msg_size + (msg_size == 0));
@@ -125,7 +127,9 @@ static void fz_mode_checker(fz_reader *r) {
       } else {
         const c128_decode_plan p = ((c128_decode_plan *)p1)[k];
         const m_decode m = m_decode_plan(&L, k, count1, out_rows, p);
-        off1[k] = m.reason == M_SKIP ? 1 : m.reason == M_RUN && m.boundary && p.read_page_1 != p.write_loc / 128 ? 2 : 0;
+        off1[k] = m.reason == M_SKIP                                                      ? 1
+                  : m.reason == M_RUN && m.boundary && p.read_page_1 != p.write_loc / 128 ? 2
+                                                                                          : 0;
         run[k] = m.reason == M_RUN, slot[k] = p.write_loc;
       }
     }

@@ -63,8 +63,7 @@ __attribute__((format(printf, 1, 2))) static void fz_add_context(const char *fmt
 }
 
 __attribute__((noreturn, format(printf, 2, 3))) static void fz_fail(int property, const char *fmt, ...) {
-  fprintf(stderr, "\n==c128-fuzz== PROPERTY %d VIOLATED\n==c128-fuzz== case: %s\n==c128-fuzz== ", property,
-          fz_context);
+  fprintf(stderr, "\n==c128-fuzz== PROPERTY %d VIOLATED\n==c128-fuzz== case: %s\n==c128-fuzz== ", property, fz_context);
   va_list ap;
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
@@ -73,9 +72,9 @@ __attribute__((noreturn, format(printf, 2, 3))) static void fz_fail(int property
   fflush(stderr);
   abort();
 }
-#define FZ_CHECK(property, cond, ...)                                                                                  \
-  do {                                                                                                                 \
-    if (!(cond)) fz_fail(property, __VA_ARGS__);                                                                       \
+#define FZ_CHECK(property, cond, ...)            \
+  do {                                           \
+    if (!(cond)) fz_fail(property, __VA_ARGS__); \
   } while (0)
 
 /* >>buffers: exactly the bytes asked for, so that AddressSanitizer sees one past the end ----- */
@@ -134,7 +133,8 @@ static void fz_set(void *base, int64_t i, c128_dtype dt, float v) {
 /* Element i of an input row as the state stores it: bits kept when the dtypes agree. */
 static int fz_state_elem_ok(const void *state, int64_t si, c128_dtype buf, const void *input, int64_t ii,
                             c128_dtype in) {
-  if (buf == in) return memcmp((const char *)state + si * fz_es(buf), (const char *)input + ii * fz_es(in), fz_es(in)) == 0;
+  if (buf == in)
+    return memcmp((const char *)state + si * fz_es(buf), (const char *)input + ii * fz_es(in), fz_es(in)) == 0;
   const float x = fz_get(input, ii, in), got = fz_get(state, si, buf);
   if (x != x) return got != got;
   return fz_bits(got) == fz_bits(fz_round_to(buf, x));
@@ -223,7 +223,7 @@ typedef struct fz_instance {
   c128_status (*decode_host)(const c128_decode_args *, const c128_host_options *);
   c128_status (*prefill_host)(const c128_prefill_args *, const c128_host_options *);
 } fz_instance;
-#define FZ_INSTANCE_ROW(name, D, bt, it, ot, bd, id, od)                                                               \
+#define FZ_INSTANCE_ROW(name, D, bt, it, ot, bd, id, od) \
   {#name, D, bd, id, od, c128_decode_host_##name, c128_prefill_host_##name},
 static const fz_instance fz_instances[] = {C128_INSTANCES(FZ_INSTANCE_ROW)};
 #undef FZ_INSTANCE_ROW
@@ -324,7 +324,11 @@ typedef struct m_ring {
   int64_t stride, num_pool, state_pages;
 } m_ring;
 static m_ring m_ring_of(const c128_ring *r) {
-  m_ring m = {r->ring_tokens ? r->ring_tokens : 128, r->speculative, r->page_table, r->page_table_stride, r->num_pool,
+  m_ring m = {r->ring_tokens ? r->ring_tokens : 128,
+              r->speculative,
+              r->page_table,
+              r->page_table_stride,
+              r->num_pool,
               r->state_pages};
   return m;
 }

@@ -13,12 +13,12 @@
 #define C128_IMPLEMENTATION
 /* A small instance table: the two production dtype sets, bf16 throughout, a mixed one, and the
    smallest and a wider head_dim (1 and 4 splits per compress event). */
-#define C128_INSTANCES(X)                                                                                              \
-  X(h128_f32_f32_f32, 128, float, float, float, C128_F32, C128_F32, C128_F32)                                          \
-  X(h128_bf16_bf16_bf16, 128, c128__bf16, c128__bf16, c128__bf16, C128_BF16, C128_BF16, C128_BF16)                     \
-  X(h128_bf16_f32_f32, 128, c128__bf16, float, float, C128_BF16, C128_F32, C128_F32)                                   \
-  X(h128_f32_bf16_bf16, 128, float, c128__bf16, c128__bf16, C128_F32, C128_BF16, C128_BF16)                            \
-  X(h64_bf16_f32_bf16, 64, c128__bf16, float, c128__bf16, C128_BF16, C128_F32, C128_BF16)                              \
+#define C128_INSTANCES(X)                                                                          \
+  X(h128_f32_f32_f32, 128, float, float, float, C128_F32, C128_F32, C128_F32)                      \
+  X(h128_bf16_bf16_bf16, 128, c128__bf16, c128__bf16, c128__bf16, C128_BF16, C128_BF16, C128_BF16) \
+  X(h128_bf16_f32_f32, 128, c128__bf16, float, float, C128_BF16, C128_F32, C128_F32)               \
+  X(h128_f32_bf16_bf16, 128, float, c128__bf16, c128__bf16, C128_F32, C128_BF16, C128_BF16)        \
+  X(h64_bf16_f32_bf16, 64, c128__bf16, float, c128__bf16, C128_BF16, C128_F32, C128_BF16)          \
   X(h256_f32_f32_f32, 256, float, float, float, C128_F32, C128_F32, C128_F32)
 #include "../c128.cuh"
 
@@ -55,13 +55,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_reader r = {data, size, 0};
   fz_context[0] = 0;
   switch (rd_below(&r, 5)) {
-  case 0: fz_mode_decode(&r); break;
-  case 1: fz_mode_prefill(&r); break;
-  case 2: fz_mode_scenario(&r); break;
-  case 3: fz_mode_planner(&r); break;
-  default: fz_mode_checker(&r); break;
+  case 0:
+    fz_mode_decode(&r);
+    break;
+  case 1:
+    fz_mode_prefill(&r);
+    break;
+  case 2:
+    fz_mode_scenario(&r);
+    break;
+  case 3:
+    fz_mode_planner(&r);
+    break;
+  default:
+    fz_mode_checker(&r);
+    break;
   }
-  if (fz_verbose) fprintf(stderr, "c128-fuzz: ok: %s (%zu of %zu bytes used)\n", fz_context, r.i < r.n ? r.i : r.n, r.n);
+  if (fz_verbose)
+    fprintf(stderr, "c128-fuzz: ok: %s (%zu of %zu bytes used)\n", fz_context, r.i < r.n ? r.i : r.n, r.n);
   return 0;
 }
 

@@ -2,7 +2,9 @@
    implementation's internal names, so that a refactoring of c128.cuh touches this file only.
    Part of fuzz_c128.cu. Classes: M_RUN, M_PAD, M_SKIP. */
 
-static int fz_reason_class(int reason) { return reason == C128__RUN ? M_RUN : reason == C128__PADDING ? M_PAD : M_SKIP; }
+static int fz_reason_class(int reason) {
+  return reason == C128__RUN ? M_RUN : reason == C128__PADDING ? M_PAD : M_SKIP;
+}
 
 typedef struct fz_lib_decode {
   int reason;
@@ -22,8 +24,8 @@ static fz_lib_decode fz_lib_decode_reason(const c128_decode_args *a, int64_t b) 
   const c128__trait t = {a->head_dim, (int)a->state_dtype, (int)a->input_dtype, (int)a->output_dtype};
   const int reason = c128__decode_prepare(&p, t, b * C128_NUM_SPLIT(a->head_dim), &job);
 #endif
-  fz_lib_decode d = {reason, job.write ? job.write_row : -1, job.boundary, job.win.state_row0, job.win.out_row,
-                     job.win.buffer_len};
+  fz_lib_decode d = {
+      reason, job.write ? job.write_row : -1, job.boundary, job.win.state_row0, job.win.out_row, job.win.buffer_len};
   return d;
 }
 

@@ -56,10 +56,17 @@ static fz_options fz_make_options(uint8_t flags) {
   f.o.check_races = flags & 1;
   f.o.reverse_blocks = (flags >> 1) & 1;
   switch ((flags >> 2) & 3) {
-  case 1: f.o.message_size = 64; break; /* a size but no buffer */
-  case 2: f.msg = (char *)fz_alloc(1), f.msg[0] = 'x', f.o.message = f.msg, f.o.message_size = 1; break;
-  case 3: f.msg = (char *)fz_alloc(48), f.msg[0] = 0, f.o.message = f.msg, f.o.message_size = 48; break;
-  default: break;
+  case 1:
+    f.o.message_size = 64;
+    break; /* a size but no buffer */
+  case 2:
+    f.msg = (char *)fz_alloc(1), f.msg[0] = 'x', f.o.message = f.msg, f.o.message_size = 1;
+    break;
+  case 3:
+    f.msg = (char *)fz_alloc(48), f.msg[0] = 0, f.o.message = f.msg, f.o.message_size = 48;
+    break;
+  default:
+    break;
   }
   f.ptr = (flags & 0x10) && !f.o.check_races && !f.o.reverse_blocks ? NULL : &f.o;
   return f;
@@ -137,7 +144,8 @@ static void fz_check_state(const fz_instance *I, const void *state, const void *
   const int D = I->head_dim;
   const size_t row_bytes = (size_t)2 * D * fz_es(I->buf);
   for (int64_t row = 0; row < pages * 128; ++row) {
-    const int changed = memcmp((const char *)state + row * row_bytes, (const char *)before + row * row_bytes, row_bytes);
+    const int changed =
+        memcmp((const char *)state + row * row_bytes, (const char *)before + row * row_bytes, row_bytes);
     int writers = 0;
     for (int k = 0; k < nw; ++k) writers += w[k].dst == row;
     FZ_CHECK(2, !changed || writers, "state row %lld changed, but no runnable %s plan writes it", (long long)row, what);
@@ -248,31 +256,64 @@ static c128_write_plan rd_write_plan(fz_reader *r, int64_t N, int64_t span) {
 
 static void fz_corrupt_prefill(c128_prefill_args *a, int corrupt) {
   switch (corrupt) {
-  case 1: a->state = NULL; break;
-  case 2: a->input = NULL; break;
-  case 3: a->ape = NULL; break;
-  case 4: a->output = NULL; break;
+  case 1:
+    a->state = NULL;
+    break;
+  case 2:
+    a->input = NULL;
+    break;
+  case 3:
+    a->ape = NULL;
+    break;
+  case 4:
+    a->output = NULL;
+    break;
   case 5:
     if (a->num_compress) a->compress_plans = NULL;
     else a->write_plans = NULL;
     break;
-  case 6: a->state = (char *)a->state + 2; break;
-  case 7: a->input = (const char *)a->input + 2; break;
-  case 8: a->output = (char *)a->output + 1; break;
-  case 9: a->ape = a->ape + 1; break;
+  case 6:
+    a->state = (char *)a->state + 2;
+    break;
+  case 7:
+    a->input = (const char *)a->input + 2;
+    break;
+  case 8:
+    a->output = (char *)a->output + 1;
+    break;
+  case 9:
+    a->ape = a->ape + 1;
+    break;
   case 10:
     if (a->num_compress) a->compress_plans = (const c128_compress_plan *)((const char *)a->compress_plans + 8);
     else a->write_plans = (const c128_write_plan *)((const char *)a->write_plans + 4);
     break;
-  case 11: a->head_dim = 192; break;
-  case 12: a->output_dtype = (c128_dtype)7; break;
-  case 13: a->state_pages = -1; break;
-  case 14: a->output_rows = -1; break;
-  case 15: a->num_write = -1; break;
-  case 16: a->state_pages = INT64_MAX / 4; break;
-  case 17: a->input_rows = 65537; break;
-  case 18: a->num_compress = 65537; break;
-  default: break;
+  case 11:
+    a->head_dim = 192;
+    break;
+  case 12:
+    a->output_dtype = (c128_dtype)7;
+    break;
+  case 13:
+    a->state_pages = -1;
+    break;
+  case 14:
+    a->output_rows = -1;
+    break;
+  case 15:
+    a->num_write = -1;
+    break;
+  case 16:
+    a->state_pages = INT64_MAX / 4;
+    break;
+  case 17:
+    a->input_rows = 65537;
+    break;
+  case 18:
+    a->num_compress = 65537;
+    break;
+  default:
+    break;
   }
 }
 
@@ -359,8 +400,9 @@ static void fz_mode_prefill(fz_reader *r) {
     for (int64_t row = 0; row < O; ++row) {
       const int runs = row < NC && mc[row].reason == M_RUN;
       if (!runs) {
-        FZ_CHECK(2, memcmp((char *)output + row * D * fz_es(I->out), (char *)output0 + row * D * fz_es(I->out),
-                           D * fz_es(I->out)) == 0,
+        FZ_CHECK(2,
+                 memcmp((char *)output + row * D * fz_es(I->out), (char *)output0 + row * D * fz_es(I->out),
+                        D * fz_es(I->out)) == 0,
                  "output row %lld changed, but compress plan %lld does not run", (long long)row, (long long)row);
         continue;
       }
@@ -408,7 +450,8 @@ static void fz_mode_prefill(fz_reader *r) {
     if (!valid_layout) {
       FZ_CHECK(5, cst == C128_ERROR_INVALID_LAYOUT, "checker: %s for an invalid layout", c128_status_string(cst));
     } else {
-      int *off_c = (int *)fz_alloc((size_t)NC * sizeof(int) + 1), *off_w = (int *)fz_alloc((size_t)NW * sizeof(int) + 1);
+      int *off_c = (int *)fz_alloc((size_t)NC * sizeof(int) + 1),
+          *off_w = (int *)fz_alloc((size_t)NW * sizeof(int) + 1);
       int *run = (int *)fz_alloc((size_t)NW * sizeof(int) + 1);
       int64_t *slot = (int64_t *)fz_alloc((size_t)NW * sizeof(int64_t) + 1);
       for (int64_t k = 0; k < NC; ++k)
@@ -444,25 +487,62 @@ static c128_decode_plan rd_decode_plan(fz_reader *r, int64_t span) {
 
 static void fz_corrupt_decode(c128_decode_args *a, int corrupt) {
   switch (corrupt) {
-  case 1: a->state = NULL; break;
-  case 2: a->input = NULL; break;
-  case 3: a->ape = NULL; break;
-  case 4: a->output = NULL; break;
-  case 5: a->plans = NULL; break;
-  case 6: a->state = (char *)a->state + 2; break;
-  case 7: a->input = (const char *)a->input + 2; break;
-  case 8: a->output = (char *)a->output + 1; break;
-  case 9: a->ape = a->ape + 1; break;
-  case 10: a->plans = (const c128_decode_plan *)((const char *)a->plans + 8); break;
-  case 11: a->head_dim = 192; break;
-  case 12: a->state_dtype = (c128_dtype)7; break;
-  case 13: a->state_pages = -1; break;
-  case 14: a->output_rows = -1; break;
-  case 15: a->batch = -1; break;
-  case 16: a->state_pages = INT64_MAX / 4; break;
-  case 17: a->output_rows = a->batch - 1; break;
-  case 18: a->batch = INT32_MAX; break;
-  default: break;
+  case 1:
+    a->state = NULL;
+    break;
+  case 2:
+    a->input = NULL;
+    break;
+  case 3:
+    a->ape = NULL;
+    break;
+  case 4:
+    a->output = NULL;
+    break;
+  case 5:
+    a->plans = NULL;
+    break;
+  case 6:
+    a->state = (char *)a->state + 2;
+    break;
+  case 7:
+    a->input = (const char *)a->input + 2;
+    break;
+  case 8:
+    a->output = (char *)a->output + 1;
+    break;
+  case 9:
+    a->ape = a->ape + 1;
+    break;
+  case 10:
+    a->plans = (const c128_decode_plan *)((const char *)a->plans + 8);
+    break;
+  case 11:
+    a->head_dim = 192;
+    break;
+  case 12:
+    a->state_dtype = (c128_dtype)7;
+    break;
+  case 13:
+    a->state_pages = -1;
+    break;
+  case 14:
+    a->output_rows = -1;
+    break;
+  case 15:
+    a->batch = -1;
+    break;
+  case 16:
+    a->state_pages = INT64_MAX / 4;
+    break;
+  case 17:
+    a->output_rows = a->batch - 1;
+    break;
+  case 18:
+    a->batch = INT32_MAX;
+    break;
+  default:
+    break;
   }
 }
 
@@ -571,8 +651,9 @@ static void fz_mode_decode(fz_reader *r) {
     for (int64_t row = 0; row < O; ++row) {
       const int writes = row < B && md[row].reason == M_RUN && md[row].boundary;
       if (!writes) {
-        FZ_CHECK(2, memcmp((char *)output + row * D * fz_es(I->out), (char *)output0 + row * D * fz_es(I->out),
-                           D * fz_es(I->out)) == 0,
+        FZ_CHECK(2,
+                 memcmp((char *)output + row * D * fz_es(I->out), (char *)output0 + row * D * fz_es(I->out),
+                        D * fz_es(I->out)) == 0,
                  "output row %lld changed, but decode plan %lld is not a runnable boundary step", (long long)row,
                  (long long)row);
         continue;

@@ -335,6 +335,7 @@ def scenario_case(inst, steps, kind=0, R=128, spec=0, shards=1, num_pool=1, spar
                 else:
                     e.below(2, 0)
             e.below(2, 0)
+            e.below(17, step[2] if len(step) > 2 else 0)  # requests_per_block
             for w in order:
                 if w >= 0:
                     lens[w] += 1
@@ -604,7 +605,7 @@ def cases():
     # -- scenarios
     c["scen-legacy-prefix120-extend"] = scenario_case(F32, [("extend", [(0, 120)]), ("extend", [(0, 128)]),
                                                             ("decode", [0])])
-    c["scen-legacy-boundary-decode"] = scenario_case(BF16, [("extend", [(0, 127)]), ("decode", [0]), ("decode", [0])],
+    c["scen-legacy-boundary-decode"] = scenario_case(BF16, [("extend", [(0, 127)]), ("decode", [0], 1), ("decode", [0])],
                                                      flags=0x01)
     c["scen-ring256-verify130"] = scenario_case(F32, [("extend", [(0, 126)]), ("verify", [(0, 130, 1)]),
                                                       ("decode", [0]), ("verify", [(0, 5, 3)])],
@@ -612,7 +613,7 @@ def cases():
     c["scen-verify-over-limit"] = scenario_case(BF16_F32, [("extend", [(0, 10)]), ("verify", [(0, 131, 1)]),
                                                            ("verify", [(0, 2, 2)])], kind=1, R=256, spec=1)
     c["scen-pagetable384-two-requests"] = scenario_case(
-        BF16, [("extend", [(1, 300), (0, 5)]), ("decode", [-1, 0, 1]), ("verify", [(0, 200, 77), (1, 3, 2)]),
+        BF16, [("extend", [(1, 300), (0, 5)]), ("decode", [-1, 0, 1], 2), ("verify", [(0, 200, 77), (1, 3, 2)]),
                ("extend", [(0, 129)])], kind=3, R=384, spec=1, num_pool=3, spare=1, nreq=2, flags=0x0D,
         perm_choices={2: 1, 1: 0})
     c["scen-shards2-boundary"] = scenario_case(F32, [("extend", [(0, 127)]), ("decode", [0]), ("extend", [(0, 200)])],
@@ -633,6 +634,10 @@ def cases():
     c["plan-pagetable-bad-entry"] = planner_case(False, [(1, 200, 200), (0, 5, 5)], R=256, pages=6, table=[0, 1, 2, -1],
                                                  num_pool=2)
     c["plan-too-many-rows"] = planner_case(False, [(0, 65537, 65537)], pages=4)
+    c["plan-rows-exactly-65536"] = planner_case(False, [(0, 65536, 65535), (1, 1, 1)], pages=4, capacity=600)
+    c["plan-capacity-exact"] = planner_case(False, [(0, 383, 383), (1, 129, 2)], R=256, spec=1, pages=4, capacity=132)
+    c["plan-verify-at-limit"] = planner_case(False, [(0, 500, 130), (1, 10, 1)], R=256, spec=1, pages=8, verify=1)
+    c["plan-last-pool-row"] = planner_case(False, [(2, 300, 300), (3, 1, 1)], R=128, pages=3)
     c["plan-verify-limit"] = planner_case(False, [(0, 500, 131), (1, 10, 1)], R=256, spec=1, pages=8, verify=1)
     c["plan-300-requests"] = planner_case(False, [(k % 4, 1 + k, 1) for k in range(300)], pages=4)
     c["plan-bad-ring"] = planner_case(False, [(0, 10, 10)], R=100, pages=4)

@@ -91,9 +91,12 @@ static void fz_mode_planner(fz_reader *r) {
   c128_ring ring;
   memset(&ring, 0, sizeof ring);
   const int rsel = rd_below(r, 8);
-  ring.ring_tokens = rsel == 0 ? 0 : rsel < 4 ? 128 * rsel : rsel == 4 ? 128 * rd_below(r, 40) : rsel == 5 ? (int32_t)rd_u32(r)
-                     : rsel == 6                                                                     ? -128
-                                                                                                      : 100;
+  ring.ring_tokens = rsel == 0   ? 0
+                     : rsel < 4  ? 128 * rsel
+                     : rsel == 4 ? 128 * rd_below(r, 40)
+                     : rsel == 5 ? (int32_t)rd_u32(r)
+                     : rsel == 6 ? -128
+                                 : 100;
   ring.speculative = rd_below(r, 3);
   ring.state_pages = rd_pages(r);
   const int64_t R = ring.ring_tokens ? ring.ring_tokens : 128;
@@ -103,11 +106,14 @@ static void fz_mode_planner(fz_reader *r) {
     ring.num_pool = rd_below(r, 8) == 0 ? -1 : rd_below(r, 6);
     ring.page_table_stride = chunks + rd_below(r, 3);
     ring.page_table_stride -= rd_below(r, 8) == 0;
-    const int64_t entries = (ring.num_pool > 0 ? ring.num_pool : 0) * (ring.page_table_stride > 0 ? ring.page_table_stride : 0);
+    const int64_t entries =
+        (ring.num_pool > 0 ? ring.num_pool : 0) * (ring.page_table_stride > 0 ? ring.page_table_stride : 0);
     table = (int32_t *)fz_alloc(sizeof(int32_t) * (size_t)entries + 1);
     for (int64_t k = 0; k < entries; ++k) {
       const int sel = rd_below(r, 8);
-      table[k] = sel < 6 ? (int32_t)rd_below(r, 12) - 1 : sel == 6 ? (int32_t)rd_u32(r) : (int32_t)ring.state_pages - 1 + rd_below(r, 3);
+      table[k] = sel < 6    ? (int32_t)rd_below(r, 12) - 1
+                 : sel == 6 ? (int32_t)rd_u32(r)
+                            : (int32_t)ring.state_pages - 1 + rd_below(r, 3);
     }
     ring.page_table = table;
   }
@@ -179,6 +185,7 @@ static void fz_mode_planner(fz_reader *r) {
   c128_prefill_plans plans = {hc, hw, capacity, 1, -7, -7};
   const c128_status hst = decode ? c128_plan_decode(&ring, q, n, hd) : c128_plan_prefill(&ring, qh, nh, verify, &plans);
   const uint32_t hbit = fz_bit_of(hst);
+  fz_add_context(" -> %s", c128_status_string(hst));
   if (want) FZ_CHECK(3, hbit & want, "host planner: %s, SPEC 5 expects one of 0x%x", c128_status_string(hst), want);
   else FZ_CHECK(3, hst == C128_SUCCESS, "host planner: %s for a batch SPEC 5 accepts", c128_status_string(hst));
 
@@ -205,7 +212,8 @@ static void fz_mode_planner(fz_reader *r) {
            c128_status_string(dst), c128_status_string(dret));
 
   if (hst == C128_SUCCESS && decode) {
-    FZ_CHECK(4, memcmp(hd, dd, sizeof *hd * (size_t)n) == 0, "decode plans differ between the host and device planners");
+    FZ_CHECK(4, memcmp(hd, dd, sizeof *hd * (size_t)n) == 0,
+             "decode plans differ between the host and device planners");
     for (int64_t k = 0; k < n; ++k) { /* SPEC 5 */
       c128_decode_plan w = {0, -1, -1, -1};
       if (q[k].seq_len > 0) {
@@ -265,7 +273,9 @@ static void fz_mode_planner(fz_reader *r) {
       FZ_CHECK(4, !counts || (counts[0] == 0 && counts[1] == 0), "device planner failed with counts %lld/%lld",
                (long long)counts[0], (long long)counts[1]);
       for (int64_t k = 0; k < slots; ++k) {
-        if (decode) FZ_CHECK(4, memcmp(&dd[k], &no_d, sizeof no_d) == 0, "device planner failed, decode plan %lld is not padding", (long long)k);
+        if (decode)
+          FZ_CHECK(4, memcmp(&dd[k], &no_d, sizeof no_d) == 0, "device planner failed, decode plan %lld is not padding",
+                   (long long)k);
         else
           FZ_CHECK(4, memcmp(&dc[k], &no_c, sizeof no_c) == 0 && memcmp(&dw[k], &no_w, sizeof no_w) == 0,
                    "device planner failed, plan slot %lld is not a sentinel", (long long)k);

@@ -43,7 +43,8 @@ typedef struct sc {
 static int64_t sc_logical_row(const sc *s, int32_t pool, int64_t pos) {
   int64_t page = -1;
   const c128_status st = m_page(&s->mr, pool, pos, &page);
-  if (st != C128_SUCCESS) fz_fail(3, "harness: page of pool %d position %lld: %s", pool, (long long)pos, c128_status_string(st));
+  if (st != C128_SUCCESS)
+    fz_fail(3, "harness: page of pool %d position %lld: %s", pool, (long long)pos, c128_status_string(st));
   return page * 128 + pos % 128;
 }
 
@@ -176,8 +177,8 @@ static void sc_check_window(const sc *s, int i, int64_t end, int buffer_len, con
 static void sc_check_untouched(const sc *s, const void *out, int64_t row, const char *what) {
   const size_t rb = (size_t)s->D * fz_es(s->I->out);
   for (size_t k = 0; k < rb; ++k)
-    FZ_CHECK(3, ((const uint8_t *)out)[row * rb + k] == 0x5A, "step %d: %s: output row %lld changed, but no plan writes it",
-             s->step, what, (long long)row);
+    FZ_CHECK(3, ((const uint8_t *)out)[row * rb + k] == 0x5A,
+             "step %d: %s: output row %lld changed, but no plan writes it", s->step, what, (long long)row);
 }
 
 /* The device planner's host path over the same batch (with absent requests sprinkled in) must
@@ -187,7 +188,8 @@ static void sc_device_plans(sc *s, fz_reader *r, const c128_request *q, int64_t 
   c128_request *qq = (c128_request *)fz_alloc(sizeof *qq * (size_t)(2 * n + 1));
   int64_t m = 0;
   for (int64_t k = 0; k < n; ++k) {
-    if (!decode && rd_below(r, 4) == 0) qq[m].pool_index = (int32_t)rd_u8(r) - 3, qq[m].seq_len = 0, qq[m++].extend_len = 0;
+    if (!decode && rd_below(r, 4) == 0)
+      qq[m].pool_index = (int32_t)rd_u8(r) - 3, qq[m].seq_len = 0, qq[m++].extend_len = 0;
     qq[m++] = q[k];
   }
   c128_device_plan_args a;
@@ -214,8 +216,8 @@ static void sc_device_plans(sc *s, fz_reader *r, const c128_request *q, int64_t 
     st = c128_plan_prefill_device_host(&a);
     FZ_CHECK(4, st == C128_SUCCESS && *status == C128_SUCCESS, "step %d: device prefill planner: %s / %s", s->step,
              c128_status_string(st), c128_status_string((c128_status)*status));
-    FZ_CHECK(4, counts[0] == nc && counts[1] == nw, "step %d: device planner counts %lld/%lld, host %lld/%lld",
-             s->step, (long long)counts[0], (long long)counts[1], (long long)nc, (long long)nw);
+    FZ_CHECK(4, counts[0] == nc && counts[1] == nw, "step %d: device planner counts %lld/%lld, host %lld/%lld", s->step,
+             (long long)counts[0], (long long)counts[1], (long long)nc, (long long)nw);
     FZ_CHECK(4,
              memcmp(a.compress, want_a, sizeof(c128_compress_plan) * (size_t)capacity) == 0 &&
                  memcmp(a.write, want_b, sizeof(c128_write_plan) * (size_t)capacity) == 0,
@@ -443,6 +445,7 @@ static void sc_decode(sc *s, fz_reader *r) {
   l.d.head_dim = s->D, l.d.state_dtype = s->I->buf, l.d.input_dtype = s->I->in, l.d.output_dtype = s->I->out;
   l.d.state_pages = s->pages, l.d.input = input, l.d.ape = s->ape, l.d.output_rows = out_rows;
   l.d.plans = plans, l.d.batch = B, l.d.layout = s->lay;
+  fz_set_group(&l.d, rd_below(r, FZ_MAX_GROUP + 1)); /* results do not depend on it */
   {
     char msg[160];
     c128_plan_report rep = {0, C128_PLAN_WRITE, msg, sizeof msg};
@@ -523,9 +526,12 @@ static void fz_mode_scenario(fz_reader *r) {
   s.G = fz_alloc((size_t)s.pages * s.page_bytes);
   memset(s.G, 0xFF, (size_t)s.pages * s.page_bytes); /* NaN: a slot read before it is written shows */
   s.ape = fz_make_ape(&s.g, s.D);
-  fz_set_context("mode 2 (scenario) %s %s R %d%s pool %d requests %d pages %lld shards %d flags 0x%02x scale %d",
-                 s.I->name, kind == 0 ? "legacy" : kind == 1 ? "ring" : "page-table", R, spec ? " speculative" : "",
-                 num_pool, s.nreq, (long long)s.pages, shards, s.flags, s.style ? 60 : 1);
+  fz_set_context(
+      "mode 2 (scenario) %s %s R %d%s pool %d requests %d pages %lld shards %d flags 0x%02x scale %d", s.I->name,
+      kind == 0   ? "legacy"
+      : kind == 1 ? "ring"
+                  : "page-table",
+      R, spec ? " speculative" : "", num_pool, s.nreq, (long long)s.pages, shards, s.flags, s.style ? 60 : 1);
 
   const int steps = 1 + rd_below(r, 8);
   for (s.step = 0; s.step < steps; ++s.step) {
@@ -533,8 +539,7 @@ static void fz_mode_scenario(fz_reader *r) {
     if (op < 3) sc_extend(&s, r, 0);
     else if (op < 5) sc_decode(&s, r);
     else if (op < 7) sc_extend(&s, r, 1);
-    else { /* the request ends; a new one takes its pool row */
-      const int i = rd_below(r, s.nreq);
+    else { /* the request ends; a new one takes its pool row */ const int i = rd_below(r, s.nreq);
       s.req[i].len = 0;
       fz_add_context("; %d:reset r%d", s.step, i);
     }

@@ -231,3 +231,21 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
     prefill_case(&entry_##name, BACKEND_GPU, 60.0f, 0);                                       \
   }
 C128_INSTANCES(KERNEL_TESTS)
+
+/* The automatic decode group never costs more than one request per block when every request is
+   at a boundary (waves of 2 blocks per SM times windows per block), and it is the largest such. */
+Test(cpu, decode_group_size_never_costs_more) {
+  for (int sms = 1; sms <= 200; sms += 7)
+    for (int64_t batch = 1; batch <= 5000; batch += 1 + batch / 8) {
+      const int32_t g = c128_decode_group_size(batch, 512, sms);
+      cr_assert(g >= 1 && g <= C128_MAX_DECODE_GROUP);
+      const int64_t wave = 2 * sms;
+#define COST(x) ((((batch + (x)-1) / (x)) * 8 + wave - 1) / wave * (x))
+      cr_assert_leq(COST(g), COST(1), "batch %lld, %d SMs: group %d", (long long)batch, sms, g);
+      for (int32_t h = g + 1; h <= C128_MAX_DECODE_GROUP; ++h)
+        cr_assert_gt(COST(h), COST(g), "batch %lld, %d SMs: group %d is as cheap as %d", (long long)batch, sms, h, g);
+#undef COST
+    }
+  cr_assert_eq(c128_decode_group_size(1024, 512, 132), C128_MAX_DECODE_GROUP);
+  cr_assert_eq(c128_decode_group_size(1, 512, 132), 1);
+}
