@@ -147,7 +147,7 @@ def ceilings_table(d, out):
             e = d.empty(B, mode)
             if e:
                 parts.append(f"{mode} {us(fnum(e, 'median_us'))}")
-        out.append(f"| empty launch, {B * 8} blocks × 512 threads (grid of decode B = {B}) | "
+        out.append(f"| empty launch of the grid c128_decode launches for B = {B} (512 threads a block) | "
                    f"{', '.join(parts)} µs |")
 
 

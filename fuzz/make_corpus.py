@@ -6,7 +6,8 @@ fields read in order by the mode's decoder (see the mode files). The encoder bel
 decoders field by field; `C128_FUZZ_VERBOSE=1 fuzz/run.sh repro fuzz/corpus/*` prints what each
 seed decodes to. Seeds are valid batches, edge cases of SPEC 6.5 and argument errors.
 
-    python3 fuzz/make_corpus.py [DIR]
+    python3 fuzz/make_corpus.py [DIR]           the seeds (default fuzz/corpus)
+    python3 fuzz/make_corpus.py --crashes [DIR] the known bugs' reproducers (default fuzz/crashes)
 """
 import os
 import struct
@@ -662,7 +663,25 @@ def cases():
     return c
 
 
+def crashes():
+    """Reproducers of the known bugs (fuzz/crashes/*.bin, see the .md files there)."""
+    return {
+        "bug1-checker-head-dim-overflow.bin": checker_case(0, head_dim=1 << 24, plans=[dict(seq=1, wpage=0, wslot=0)]),
+        "bug1-checker-head-dim-overflow-ub.bin": checker_case(1, head_dim=1 << 23, plans=[dict(seq=128)]),
+        "bug2-enum-out-of-range.bin": checker_case(0, dtypes=(0x7FFFFFFF, 0, 0), plans=[dict(seq=1, wpage=0, wslot=0)]),
+        "bug3-legacy-nan-race.bin": prefill_case(F32, 0x0D, 1, 128, [dict(seq=128, bl=0, rag=127)], [], seed=1,
+                                                 style=2),
+    }
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--crashes":
+        out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "crashes")
+        for name, data in sorted(crashes().items()):
+            with open(os.path.join(out, name), "wb") as f:
+                f.write(data)
+        print(f"{len(crashes())} reproducers in {out}")
+        return
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
     os.makedirs(out, exist_ok=True)
     for name in os.listdir(out):

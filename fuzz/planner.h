@@ -206,6 +206,54 @@ static void fz_mode_planner(fz_reader *r) {
   memset(dd, 0xEE, sizeof *dd * (size_t)n);
   if (decode) a.decode = dd;
   else a.compress = dc, a.write = dw;
+
+  /* Now and then one bad pointer argument: the device path must refuse it and write nothing. */
+  const int csel2 = rd_u8(r), corrupt = csel2 < 224 ? 0 : 1 + (csel2 - 224) % 8;
+  if (corrupt) {
+    c128_device_plan_args b = a;
+    uint32_t want_dev = FZ_BIT(C128_SUCCESS);
+    switch (corrupt) {
+    case 1: b.status = NULL, want_dev = FZ_BIT(C128_ERROR_NULL_POINTER); break;
+    case 2: b.workspace = NULL, want_dev = FZ_BIT(C128_ERROR_NULL_POINTER); break;
+    case 3:
+      b.requests = NULL;
+      if (n > 0) want_dev = FZ_BIT(C128_ERROR_NULL_POINTER);
+      break;
+    case 4: b.workspace = (char *)a.workspace + 4, want_dev = FZ_BIT(C128_ERROR_MISALIGNED); break;
+    case 5:
+      b.counts = counts ? (int64_t *)((char *)counts + 4) : NULL;
+      if (counts) want_dev = FZ_BIT(C128_ERROR_MISALIGNED);
+      break;
+    case 6:
+      if (decode) b.decode = (c128_decode_plan *)((char *)dd + 8);
+      else b.compress = (c128_compress_plan *)((char *)dc + 8);
+      want_dev = FZ_BIT(C128_ERROR_MISALIGNED);
+      break;
+    case 7:
+      b.requests = (const c128_request *)((const char *)q + 2);
+      if (n > 0) want_dev = FZ_BIT(C128_ERROR_MISALIGNED);
+      break;
+    default:
+      if (decode) b.decode = NULL;
+      else b.compress = NULL;
+      if (decode ? n > 0 : capacity > 0) want_dev = FZ_BIT(C128_ERROR_NULL_POINTER);
+      break;
+    }
+    if (want_dev != FZ_BIT(C128_SUCCESS)) { /* the earlier argument errors may come first */
+      want_dev |= m_ring_errors(&ring);
+      if (!decode && capacity < 0) want_dev |= FZ_BIT(C128_ERROR_NEGATIVE_SIZE);
+      const c128_status bst = decode ? c128_plan_decode_device_host(&b) : c128_plan_prefill_device_host(&b);
+      FZ_CHECK(4, fz_bit_of(bst) & want_dev, "device planner with bad argument %d: %s, expected one of 0x%x", corrupt,
+               c128_status_string(bst), want_dev);
+      FZ_CHECK(4, *status == 0x5A5A5A5A && (!counts || (counts[0] == -9 && counts[1] == -9)),
+               "device planner refused its arguments (%s) but wrote status or counts", c128_status_string(bst));
+      for (size_t k = 0; k < sizeof *dc * (size_t)cap; ++k)
+        FZ_CHECK(4, ((uint8_t *)dc)[k] == 0xEE && ((uint8_t *)dw)[k / 2] == 0xEE,
+                 "device planner refused its arguments but wrote plans");
+      for (size_t k = 0; k < sizeof *dd * (size_t)n; ++k)
+        FZ_CHECK(4, ((uint8_t *)dd)[k] == 0xEE, "device planner refused its arguments but wrote decode plans");
+    }
+  }
   const c128_status dret = decode ? c128_plan_decode_device_host(&a) : c128_plan_prefill_device_host(&a);
   const c128_status dst = dret != C128_SUCCESS ? dret : (c128_status)*status;
   FZ_CHECK(4, dst == hst, "host planner %s, device planner %s (returned %s)", c128_status_string(hst),

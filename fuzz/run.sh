@@ -2,13 +2,17 @@
 # Builds and runs the c128 fuzz target (libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer
 # over the CPU path). Run from anywhere; outputs go to build-fuzz/ at the repository root.
 #
-#   fuzz/run.sh build                  build build-fuzz/c128_fuzz (nvcc -ccbin clang++-14)
+#   fuzz/run.sh build                  build build-fuzz/c128_fuzz and c128_fuzz_legacy (the legacy
+#                                      epilogue, C128_EPILOGUE_LEGACY) with nvcc -ccbin clang++-14
 #   fuzz/run.sh fuzz [SECONDS] [JOBS] [ARGS...]
+#                                      JOBS processes (every other one on the legacy epilogue)
 #                                      fuzz from fuzz/corpus (+ what earlier runs found, kept in
 #                                      build-fuzz/corpus); crashes go to build-fuzz/artifacts/;
 #                                      prints "executions: N" at the end
-#   fuzz/run.sh repro FILE...          run each input once (reproduce mode; no mutation)
+#   fuzz/run.sh repro [FILE...]        run each input once (reproduce mode; no mutation), by default
+#                                      the corpus; C128_FUZZ_VERBOSE=1 prints what each decodes to
 #   fuzz/run.sh repro-known            build with the known-bug guards off and run fuzz/crashes/*.bin
+#                                      (each should still fail while its bug is open)
 #   fuzz/run.sh corpus                 regenerate fuzz/corpus with fuzz/make_corpus.py
 #   fuzz/run.sh coverage [SECONDS]     source-based coverage of c128.cuh over the corpus (and a
 #                                      short run first when SECONDS is given)
@@ -34,14 +38,19 @@ build() {
   shift
   # nvcc splits -Xcompiler arguments at commas: one sanitizer per flag
   local san=(-fsanitize=fuzzer-no-link -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined)
-  local xc=()
-  for f in "${san[@]}" -ffp-contract=off "$@"; do xc+=(-Xcompiler "$f"); done
+  local xc=() keep=() cc=() ld=()
+  for f in "${san[@]}" -ffp-contract=off "$@"; do
+    if [ "$f" = -Xkeep ]; then keep=(-keep -keep-dir "$out/keep"); else xc+=(-Xcompiler "$f"); fi
+  done
+  for f in "$@"; do
+    [ "$f" = -Xkeep ] && continue
+    cc+=("$f")
+    [[ $f == -f* ]] && ld+=("$f")
+  done
   mkdir -p "$out"
-  "$NVCC" -ccbin "$CLANGXX" -std=c++17 -gencode "arch=compute_$ARCH,code=sm_$ARCH" -g -O1 "${xc[@]}" \
+  "$NVCC" -ccbin "$CLANGXX" -std=c++17 -gencode "arch=compute_$ARCH,code=sm_$ARCH" -g -O1 "${keep[@]}" "${xc[@]}" \
     -c "$here/fuzz_c128.cu" -o "$out/$name.o"
-  "$CLANG" -std=c11 -g -O1 "${san[@]}" "$@" -c "$root/test/reference.c" -o "$out/$name-reference.o"
-  local ld=()
-  for f in "$@"; do [[ $f == -f* ]] && ld+=("$f"); done
+  "$CLANG" -std=c11 -g -O1 "${san[@]}" "${cc[@]}" -c "$root/test/reference.c" -o "$out/$name-reference.o"
   "$CLANGXX" -fsanitize=fuzzer,address,undefined "${ld[@]}" "$out/$name.o" "$out/$name-reference.o" \
     -L"$cudalib" -lcudart_static -ldl -lrt -lpthread -o "$out/$name"
 }
@@ -53,17 +62,21 @@ shift || true
 case "$cmd" in
 build)
   build c128_fuzz
-  echo "built $out/c128_fuzz"
+  build c128_fuzz_legacy -DC128_EPILOGUE=C128_EPILOGUE_LEGACY
+  echo "built $out/c128_fuzz and $out/c128_fuzz_legacy (legacy epilogue)"
   ;;
 fuzz)
   secs=${1:-60}
   jobs=${2:-1}
   shift 2 || shift $# || true
   [ -x "$out/c128_fuzz" ] || build c128_fuzz
+  [ "$jobs" -lt 2 ] || [ -x "$out/c128_fuzz_legacy" ] || build c128_fuzz_legacy -DC128_EPILOGUE=C128_EPILOGUE_LEGACY
   mkdir -p "$out/corpus" "$out/artifacts" "$out/logs"
   pids=()
   for ((j = 0; j < jobs; ++j)); do
-    "$out/c128_fuzz" "${libfuzzer_args[@]}" -max_total_time="$secs" -artifact_prefix="$out/artifacts/" \
+    bin=$out/c128_fuzz
+    [ $((j % 2)) = 0 ] || bin=$out/c128_fuzz_legacy # every other job: the legacy epilogue
+    "$bin" "${libfuzzer_args[@]}" -max_total_time="$secs" -artifact_prefix="$out/artifacts/" \
       -seed=$((RANDOM * 32768 + RANDOM + j)) "$@" "$out/corpus" "$here/corpus" >"$out/logs/job$j.log" 2>&1 &
     pids+=($!)
   done
@@ -88,22 +101,27 @@ repro)
   [ -x "$out/c128_fuzz" ] || build c128_fuzz
   [ $# -gt 0 ] || set -- "$here"/corpus/*
   "$out/c128_fuzz" "${libfuzzer_args[@]}" "$@"
+  if [ -x "$out/c128_fuzz_legacy" ]; then "$out/c128_fuzz_legacy" "${libfuzzer_args[@]}" "$@"; fi
   ;;
 repro-known)
   build c128_fuzz_known -DFZ_HIT_KNOWN_BUGS
+  build c128_fuzz_known_legacy -DFZ_HIT_KNOWN_BUGS -DC128_EPILOGUE=C128_EPILOGUE_LEGACY
   shopt -s nullglob
   status=0
   for f in "$here"/crashes/*.bin; do
-    echo "=== $f"
-    "$out/c128_fuzz_known" "${libfuzzer_args[@]}" "$f" || status=$?
+    bin=$out/c128_fuzz_known
+    [[ $f != *legacy* ]] || bin=$out/c128_fuzz_known_legacy
+    echo "=== $(basename "$f") ($(basename "$bin"))"
+    "$bin" "${libfuzzer_args[@]}" "$f" 2>&1 | grep -E -A3 'PROPERTY|runtime error|ERROR: AddressSanitizer|SUMMARY' || true
   done
-  exit $status
   ;;
 corpus)
   python3 "$here/make_corpus.py" "$here/corpus"
   ;;
 coverage)
-  build c128_fuzz_cov -fprofile-instr-generate -fcoverage-mapping
+  # -keep: nvcc's preprocessed host file stays, so that coverage_map.py can map its lines back.
+  rm -rf "$out/keep" && mkdir -p "$out/keep"
+  build c128_fuzz_cov -fprofile-instr-generate -fcoverage-mapping -Xkeep
   rm -f "$out"/cov-*.profraw
   mkdir -p "$out/corpus"
   if [ -n "${1:-}" ]; then
@@ -113,11 +131,8 @@ coverage)
   LLVM_PROFILE_FILE="$out/cov-corpus.profraw" "$out/c128_fuzz_cov" "${libfuzzer_args[@]}" -runs=0 \
     "$here/corpus" "$out/corpus" >/dev/null 2>&1
   llvm-profdata-14 merge -sparse "$out"/cov-*.profraw -o "$out/cov.profdata"
-  llvm-cov-14 report "$out/c128_fuzz_cov" -instr-profile="$out/cov.profdata" "$root/c128.cuh" "$here"/*.h \
-    "$here/fuzz_c128.cu"
-  llvm-cov-14 show "$out/c128_fuzz_cov" -instr-profile="$out/cov.profdata" "$root/c128.cuh" \
-    -format=html -output-dir="$out/coverage" >/dev/null
-  echo "line-by-line: $out/coverage/index.html"
+  llvm-cov-14 export -format=lcov "$out/c128_fuzz_cov" -instr-profile="$out/cov.profdata" >"$out/cov.lcov"
+  (cd "$here" && python3 coverage_map.py "$out/cov.lcov" "$out/keep/fuzz_c128.cudafe1.cpp")
   ;;
 merge)
   [ -x "$out/c128_fuzz" ] || build c128_fuzz
