@@ -232,19 +232,26 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
   }
 C128_INSTANCES(KERNEL_TESTS)
 
+/* Block-windows per SM slot when every request of the batch is at a boundary: waves of 2 blocks
+   per SM, each block folding its group's windows one after another. */
+static int64_t all_boundary_cost(int64_t batch, int64_t group, int64_t sms) {
+  if (group < 1 || sms < 1) return INT64_MAX;
+  const int64_t blocks = (batch + group - 1) / group * 8, wave = 2 * sms;
+  return (blocks + wave - 1) / wave * group;
+}
+
 /* The automatic decode group never costs more than one request per block when every request is
-   at a boundary (waves of 2 blocks per SM times windows per block), and it is the largest such. */
+   at a boundary, and it is the largest group that cheap. */
 Test(cpu, decode_group_size_never_costs_more) {
-  for (int sms = 1; sms <= 200; sms += 7)
+  for (int64_t sms = 1; sms <= 200; sms += 7)
     for (int64_t batch = 1; batch <= 5000; batch += 1 + batch / 8) {
-      const int32_t g = c128_decode_group_size(batch, 512, sms);
+      const int32_t g = c128_decode_group_size(batch, 512, (int32_t)sms);
       cr_assert(g >= 1 && g <= C128_MAX_DECODE_GROUP);
-      const int64_t wave = 2 * sms;
-#define COST(x) ((((batch + (x)-1) / (x)) * 8 + wave - 1) / wave * (x))
-      cr_assert_leq(COST(g), COST(1), "batch %lld, %d SMs: group %d", (long long)batch, sms, g);
+      cr_assert_leq(all_boundary_cost(batch, g, sms), all_boundary_cost(batch, 1, sms),
+                    "batch %lld, %lld SMs: group %d", (long long)batch, (long long)sms, g);
       for (int32_t h = g + 1; h <= C128_MAX_DECODE_GROUP; ++h)
-        cr_assert_gt(COST(h), COST(g), "batch %lld, %d SMs: group %d is as cheap as %d", (long long)batch, sms, h, g);
-#undef COST
+        cr_assert_gt(all_boundary_cost(batch, h, sms), all_boundary_cost(batch, g, sms),
+                     "batch %lld, %lld SMs: group %d is as cheap as %d", (long long)batch, (long long)sms, h, g);
     }
   cr_assert_eq(c128_decode_group_size(1024, 512, 132), C128_MAX_DECODE_GROUP);
   cr_assert_eq(c128_decode_group_size(1, 512, 132), 1);
