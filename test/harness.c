@@ -131,8 +131,39 @@ static c128_host_options cpu_options(int reverse, char *msg, size_t size) {
   return o;
 }
 
+/* The GPU backend's device copies of one call: uploaded, run on, brought back, freed. */
+typedef struct mirror {
+  cudaStream_t stream;
+  void *state, *output, *input, *ape, *plans[2];
+  size_t state_bytes, output_bytes;
+} mirror;
+
+static mirror mirror_up(const c128_instance_info *f, const void *state, int64_t pages, const void *input,
+                        int64_t input_rows, const float *ape, const void *output, int64_t output_rows) {
+  mirror m;
+  memset(&m, 0, sizeof m);
+  CUDA_OK(cudaStreamCreate(&m.stream));
+  m.state_bytes = state_bytes(f, pages), m.output_bytes = out_bytes(f, output_rows);
+  m.state = to_device(state, m.state_bytes);
+  m.output = to_device(output, m.output_bytes);
+  m.input = to_device(input, (size_t)input_rows * row_bytes(f, f->input_dtype));
+  m.ape = to_device(ape, REF_APE_ROWS * (size_t)f->head_dim * sizeof(float));
+  return m;
+}
+
+/* Waits for the call, copies state and output back to the host, frees everything. */
+static c128_status mirror_down(mirror *m, c128_status st, void *state, void *output) {
+  CUDA_OK(cudaStreamSynchronize(m->stream));
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaMemcpy(state, m->state, m->state_bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(output, m->output, m->output_bytes, cudaMemcpyDeviceToHost));
+  void *all[] = {m->state, m->output, m->input, m->ape, m->plans[0], m->plans[1]};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) cudaFree(all[i]);
+  CUDA_OK(cudaStreamDestroy(m->stream));
+  return st;
+}
+
 c128_status run_decode(const instance_entry *e, backend be, const c128_decode_args *h, int reverse) {
-  const c128_instance_info *f = &e->info;
   if (be == BACKEND_CPU) {
     char msg[256];
     const c128_host_options o = cpu_options(reverse, msg, sizeof msg);
@@ -140,30 +171,14 @@ c128_status run_decode(const instance_entry *e, backend be, const c128_decode_ar
     cr_expect_neq(st, C128_ERROR_RACE_DETECTED, "%s", msg);
     return st;
   }
+  mirror m = mirror_up(&e->info, h->state, h->state_pages, h->input, h->batch, h->ape, h->output, h->output_rows);
+  m.plans[0] = to_device(h->plans, (size_t)h->batch * sizeof(c128_decode_plan));
   c128_decode_args d = *h;
-  cudaStream_t stream;
-  CUDA_OK(cudaStreamCreate(&stream));
-  d.state = to_device(h->state, state_bytes(f, h->state_pages));
-  d.input = to_device(h->input, (size_t)h->batch * row_bytes(f, f->input_dtype));
-  d.ape = to_device(h->ape, REF_APE_ROWS * (size_t)f->head_dim * sizeof(float));
-  d.output = to_device(h->output, out_bytes(f, h->output_rows));
-  d.plans = to_device(h->plans, (size_t)h->batch * sizeof(c128_decode_plan));
-  const c128_status st = e->decode(&d, stream);
-  CUDA_OK(cudaStreamSynchronize(stream));
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaMemcpy(h->state, d.state, state_bytes(f, h->state_pages), cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(h->output, d.output, out_bytes(f, h->output_rows), cudaMemcpyDeviceToHost));
-  cudaFree(d.state);
-  cudaFree((void *)d.input);
-  cudaFree((void *)d.ape);
-  cudaFree(d.output);
-  cudaFree((void *)d.plans);
-  CUDA_OK(cudaStreamDestroy(stream));
-  return st;
+  d.state = m.state, d.output = m.output, d.input = m.input, d.ape = m.ape, d.plans = m.plans[0];
+  return mirror_down(&m, e->decode(&d, m.stream), h->state, h->output);
 }
 
 c128_status run_prefill(const instance_entry *e, backend be, const c128_prefill_args *h, int reverse) {
-  const c128_instance_info *f = &e->info;
   if (be == BACKEND_CPU) {
     char msg[256];
     const c128_host_options o = cpu_options(reverse, msg, sizeof msg);
@@ -171,28 +186,13 @@ c128_status run_prefill(const instance_entry *e, backend be, const c128_prefill_
     cr_expect_neq(st, C128_ERROR_RACE_DETECTED, "%s", msg);
     return st;
   }
+  mirror m = mirror_up(&e->info, h->state, h->state_pages, h->input, h->input_rows, h->ape, h->output, h->output_rows);
+  m.plans[0] = to_device(h->compress_plans, (size_t)h->num_compress * sizeof(c128_compress_plan));
+  m.plans[1] = to_device(h->write_plans, (size_t)h->num_write * sizeof(c128_write_plan));
   c128_prefill_args d = *h;
-  cudaStream_t stream;
-  CUDA_OK(cudaStreamCreate(&stream));
-  d.state = to_device(h->state, state_bytes(f, h->state_pages));
-  d.input = to_device(h->input, (size_t)h->input_rows * row_bytes(f, f->input_dtype));
-  d.ape = to_device(h->ape, REF_APE_ROWS * (size_t)f->head_dim * sizeof(float));
-  d.output = to_device(h->output, out_bytes(f, h->output_rows));
-  d.compress_plans = to_device(h->compress_plans, (size_t)h->num_compress * sizeof(c128_compress_plan));
-  d.write_plans = to_device(h->write_plans, (size_t)h->num_write * sizeof(c128_write_plan));
-  const c128_status st = e->prefill(&d, stream);
-  CUDA_OK(cudaStreamSynchronize(stream));
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaMemcpy(h->state, d.state, state_bytes(f, h->state_pages), cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(h->output, d.output, out_bytes(f, h->output_rows), cudaMemcpyDeviceToHost));
-  cudaFree(d.state);
-  cudaFree((void *)d.input);
-  cudaFree((void *)d.ape);
-  cudaFree(d.output);
-  cudaFree((void *)d.compress_plans);
-  cudaFree((void *)d.write_plans);
-  CUDA_OK(cudaStreamDestroy(stream));
-  return st;
+  d.state = m.state, d.output = m.output, d.input = m.input, d.ape = m.ape;
+  d.compress_plans = m.plans[0], d.write_plans = m.plans[1];
+  return mirror_down(&m, e->prefill(&d, m.stream), h->state, h->output);
 }
 
 void *device_upload(device_buffer *b, const void *host, size_t bytes) {
