@@ -125,3 +125,25 @@ Test(cpu, error_invalid_plan) {
   cr_assert_eq(c128_check_prefill_plans(&a, &r), C128_ERROR_INVALID_PLAN);
   cr_assert_eq(r.index, 1);
 }
+
+/* Found by the fuzzer: a huge head_dim overflowed the checker's size arithmetic (and divided by
+   zero at 2^24); any int32 in an enum field must be refused, not be undefined behaviour. */
+Test(cpu, checker_refuses_huge_head_dim_and_stray_enums) {
+  c128_decode_args d = {0};
+  c128_plan_report r = {0};
+  d.head_dim = 1 << 24;
+  cr_assert_eq(c128_check_decode_plans(&d, &r), C128_ERROR_UNSUPPORTED_INSTANCE);
+  c128_prefill_args p = prefill_sizes();
+  p.head_dim = 1 << 23;
+  cr_assert_eq(c128_check_prefill_plans(&p, &r), C128_ERROR_UNSUPPORTED_INSTANCE);
+  const int32_t stray[] = {-1, 7, 15, 0x7FFFFFFF, (int32_t)0x80000000};
+  for (size_t i = 0; i < sizeof stray / sizeof stray[0]; ++i) {
+    c128_decode_args a = {0};
+    a.head_dim = 512;
+    memcpy(&a.output_dtype, &stray[i], sizeof stray[i]);
+    cr_assert_eq(c128_decode_host(&a, NULL), C128_ERROR_UNSUPPORTED_INSTANCE, "dtype %d", stray[i]);
+    c128_status s;
+    memcpy(&s, &stray[i], sizeof s);
+    cr_assert_str_eq(c128_status_string(s), "unknown c128_status");
+  }
+}
