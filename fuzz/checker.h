@@ -104,7 +104,7 @@ static void fz_mode_checker(fz_reader *r) {
   /* The argument errors these arguments have. */
   uint32_t errs = 0;
   if (null_args || null_report) errs |= FZ_BIT(C128_ERROR_NULL_POINTER);
-  if (D <= 0 || D % 64) errs |= FZ_BIT(C128_ERROR_UNSUPPORTED_INSTANCE);
+  if (D <= 0 || D > C128_MAX_HEAD_DIM || D % 64) errs |= FZ_BIT(C128_ERROR_UNSUPPORTED_INSTANCE);
   else if (pages > INT64_MAX / ((int64_t)128 * 2 * D * 4)) errs |= FZ_BIT(C128_ERROR_STATE_TOO_LARGE);
   if (pages < 0 || out_rows < 0 || count1 < 0 || count2 < 0 || (prefill && in_rows < 0))
     errs |= FZ_BIT(C128_ERROR_NEGATIVE_SIZE);

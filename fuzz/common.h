@@ -178,9 +178,13 @@ static double fz_bf16_ulp(double x) {
   if (a < 0x1.0p-126) return 0x1.0p-133;
   return ldexp(1.0, ilogb(a) - 7);
 }
-/* 0 when row `row` of `out` matches the oracle, else 1 with a description in why. */
-static int fz_compare_row(const void *out, int64_t row, c128_dtype dt, const double *ref, int D, char *why,
-                          size_t why_size) {
+/* 0 when row `row` of `out` matches the oracle, else 1 with a description in why. With
+   `scale` NULL the tolerance is SPEC 8's (randn data: relative L2 over the row); with scale[c] =
+   sum_j w_j |kv_j| (the oracle over |kv|), each channel is held to 1e-5 of it instead: on data
+   with non-finite values most channels are NaN and the few left can be sums that cancel, where a
+   relative L2 measures the cancellation, not the kernel. */
+static int fz_compare_row(const void *out, int64_t row, c128_dtype dt, const double *ref, const double *scale, int D,
+                          char *why, size_t why_size) {
   double err2 = 0.0, ref2 = 0.0, max_abs = 0.0;
   for (int c = 0; c < D; ++c) {
     const double got = fz_get(out, row * D + c, dt);
@@ -195,20 +199,21 @@ static int fz_compare_row(const void *out, int64_t row, c128_dtype dt, const dou
       return 1;
     }
     const double d = fabs(got - ref[c]);
-    if (dt == C128_BF16) {
-      const double bound = 0.5 * fz_bf16_ulp(ref[c]) + 1e-5 * fabs(ref[c]) + 1e-5;
-      if (d > bound) {
-        snprintf(why, why_size, "channel %d: got %.9g, oracle %.9g, |diff| %.3g > %.3g", c, got, ref[c], d, bound);
-        return 1;
-      }
+    double bound = -1.0;
+    if (dt == C128_BF16) bound = 0.5 * fz_bf16_ulp(ref[c]) + 1e-5 * fabs(ref[c]) + 1e-5;
+    if (scale) bound = (dt == C128_BF16 ? bound : 1e-7) + 1e-5 * scale[c];
+    if (bound >= 0.0 && d > bound) {
+      snprintf(why, why_size, "channel %d: got %.9g, oracle %.9g, |diff| %.3g > %.3g", c, got, ref[c], d, bound);
+      return 1;
     }
     err2 += d * d, ref2 += ref[c] * ref[c];
     if (d > max_abs) max_abs = d;
   }
-  if (dt == C128_F32) {
+  if (dt == C128_F32 && !scale) {
     const double rel = ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2);
     if (!(rel <= 1e-5 && max_abs <= 1e-4)) {
-      snprintf(why, why_size, "relative L2 %.3g (<= 1e-5), max abs %.3g (<= 1e-4)", rel, max_abs);
+      snprintf(why, why_size, "relative L2 %.3g (<= 1e-5), max abs %.3g (<= 1e-4), oracle L2 %.3g", rel, max_abs,
+               sqrt(ref2));
       return 1;
     }
   }

@@ -16,12 +16,12 @@ def line_map(cpp):
     """cudafe1.cpp line number -> (source file, line)."""
     m = {}
     cur_file, cur_line = cpp, 0
-    marker = re.compile(r'^#(?:line)? (\d+) "([^"]*)"')
+    marker = re.compile(r'^#(?:line)? (\d+)(?: "([^"]*)")?')  # `# N "file"`, or `# N` in the same file
     with open(cpp, errors="replace") as f:
         for n, text in enumerate(f, start=1):
             hit = marker.match(text)
             if hit:
-                cur_line, cur_file = int(hit.group(1)) - 1, hit.group(2)
+                cur_line, cur_file = int(hit.group(1)) - 1, hit.group(2) or cur_file
                 continue
             cur_line += 1
             m[n] = (cur_file, cur_line)

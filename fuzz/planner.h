@@ -213,13 +213,19 @@ static void fz_mode_planner(fz_reader *r) {
     c128_device_plan_args b = a;
     uint32_t want_dev = FZ_BIT(C128_SUCCESS);
     switch (corrupt) {
-    case 1: b.status = NULL, want_dev = FZ_BIT(C128_ERROR_NULL_POINTER); break;
-    case 2: b.workspace = NULL, want_dev = FZ_BIT(C128_ERROR_NULL_POINTER); break;
+    case 1:
+      b.status = NULL, want_dev = FZ_BIT(C128_ERROR_NULL_POINTER);
+      break;
+    case 2:
+      b.workspace = NULL, want_dev = FZ_BIT(C128_ERROR_NULL_POINTER);
+      break;
     case 3:
       b.requests = NULL;
       if (n > 0) want_dev = FZ_BIT(C128_ERROR_NULL_POINTER);
       break;
-    case 4: b.workspace = (char *)a.workspace + 4, want_dev = FZ_BIT(C128_ERROR_MISALIGNED); break;
+    case 4:
+      b.workspace = (char *)a.workspace + 4, want_dev = FZ_BIT(C128_ERROR_MISALIGNED);
+      break;
     case 5:
       b.counts = counts ? (int64_t *)((char *)counts + 4) : NULL;
       if (counts) want_dev = FZ_BIT(C128_ERROR_MISALIGNED);

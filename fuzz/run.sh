@@ -22,7 +22,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
-out=$root/build-fuzz
+out=${FUZZ_OUT:-$root/build-fuzz} # FUZZ_OUT: another build directory
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 NVCC=${NVCC:-nvcc}
 CLANG=${CLANG:-clang-14}

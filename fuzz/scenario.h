@@ -168,8 +168,8 @@ static void sc_check_window(const sc *s, int i, int64_t end, int buffer_len, con
     fz_row_ptr[j] = fz_rows[j];
   }
   ref_window(s->D, fz_row_ptr, s->ape, fz_ref);
-  char why[200];
-  if (fz_compare_row(out, row, s->I->out, fz_ref, s->D, why, sizeof why))
+  char why[240];
+  if (fz_compare_row(out, row, s->I->out, fz_ref, NULL, s->D, why, sizeof why))
     fz_fail(3, "step %d: %s: request %d window ending at %lld (output row %lld) differs from the oracle: %s", s->step,
             what, i, (long long)end, (long long)row, why);
 }
