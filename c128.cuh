@@ -1576,19 +1576,25 @@ static c128_status c128__find_shared_slot(c128__slot_use *uses, int64_t n, c128_
   return c128__report(r, kind, worst, "writes state row %lld, as plan %lld does", (long long)slot, (long long)first);
 }
 
-static c128__trait c128__trait_of(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od) {
-  const c128__trait t = {head_dim, (int)sd, (int)id, (int)od};
-  return t;
+/* The checkers' common arguments. They take any head_dim a table could hold (the plans do not
+   depend on an instance being compiled), so the trait comes from the arguments. */
+static c128_status c128__checker_start(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od,
+                                       int64_t state_pages, c128_shared_layout layout, c128_plan_report *report,
+                                       c128__trait *t) {
+  if (!report) return C128_ERROR_NULL_POINTER;
+  report->index = -1;
+  if (head_dim <= 0 || head_dim > C128_MAX_HEAD_DIM || head_dim % C128_TILE_DIM != 0)
+    return C128_ERROR_UNSUPPORTED_INSTANCE;
+  const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od};
+  *t = trait;
+  return c128__check_common(head_dim, sd, id, od, trait, state_pages, layout);
 }
 
 C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_plan_report *report) {
-  if (!a || !report) return C128_ERROR_NULL_POINTER;
-  report->index = -1;
-  if (a->head_dim <= 0 || a->head_dim > C128_MAX_HEAD_DIM || a->head_dim % C128_TILE_DIM != 0)
-    return C128_ERROR_UNSUPPORTED_INSTANCE;
-  const c128__trait t = c128__trait_of(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype);
-  c128_status st =
-      c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t, a->state_pages, a->layout);
+  if (!a) return C128_ERROR_NULL_POINTER;
+  c128__trait t;
+  c128_status st = c128__checker_start(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, a->state_pages,
+                                       a->layout, report, &t);
   if (st != C128_SUCCESS) return st;
   if (a->batch < 0 || a->output_rows < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (a->batch > 0 && !a->plans) return C128_ERROR_NULL_POINTER;
@@ -1615,13 +1621,10 @@ C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_pla
 }
 
 C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *a, c128_plan_report *report) {
-  if (!a || !report) return C128_ERROR_NULL_POINTER;
-  report->index = -1;
-  if (a->head_dim <= 0 || a->head_dim > C128_MAX_HEAD_DIM || a->head_dim % C128_TILE_DIM != 0)
-    return C128_ERROR_UNSUPPORTED_INSTANCE;
-  const c128__trait t = c128__trait_of(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype);
-  c128_status st =
-      c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t, a->state_pages, a->layout);
+  if (!a) return C128_ERROR_NULL_POINTER;
+  c128__trait t;
+  c128_status st = c128__checker_start(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, a->state_pages,
+                                       a->layout, report, &t);
   if (st != C128_SUCCESS) return st;
   if (a->input_rows < 0 || a->output_rows < 0 || a->num_compress < 0 || a->num_write < 0)
     return C128_ERROR_NEGATIVE_SIZE;
