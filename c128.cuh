@@ -62,6 +62,13 @@
      is refused. c128_plan_*_device compute the same bytes on the GPU for CUDA graphs.
      c128_check_*_plans reports the first bad plan of a batch built elsewhere.
 
+   KERNELS
+     Decode: ceil(batch / G) x head_dim/64 blocks of 512 threads; a block takes G requests of one
+     64-channel split (args.requests_per_block, or c128_decode_group_size() when 0), writes their
+     new rows with one warp each and compresses their boundary windows one after another.
+     Prefill: a compress launch (num_compress x head_dim/64 blocks of 512) then a write launch
+     (one warp per 128 elements of a written row), on one stream.
+
    ERRORS
      Every entry point returns a c128_status; c128_status_string() names it. All arguments are
      checked on the host before anything is launched; a failed check launches and writes nothing.
