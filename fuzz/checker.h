@@ -145,6 +145,30 @@ static void fz_mode_checker(fz_reader *r) {
     else fz_check_report(st, &rep, msg, msg_size, off1, count1, NULL, 0, C128_PLAN_DECODE, C128_PLAN_DECODE);
     free(off1), free(off2), free(run), free(slot);
   }
+  { /* the small API: instance lookups for any index, bf16 conversions for any bits */
+    const int idx = (int)(int32_t)rd_u32(r);
+    c128_instance_info info;
+    const c128_status ist = c128_instance_info_get(idx, &info);
+    const int count = c128_instance_count();
+    FZ_CHECK(5, count == FZ_NUM_INSTANCES, "c128_instance_count() = %d, compiled %d", count, FZ_NUM_INSTANCES);
+    FZ_CHECK(5, (idx >= 0 && idx < count) == (ist == C128_SUCCESS) && (c128_instance_name(idx) != NULL) == (ist == 0),
+             "instance %d: %s", idx, c128_status_string(ist));
+    if (ist == C128_SUCCESS)
+      FZ_CHECK(5,
+               !strcmp(info.name, fz_instances[idx].name) && info.head_dim == fz_instances[idx].head_dim &&
+                   c128_find_instance(info.head_dim, info.state_dtype, info.input_dtype, info.output_dtype) == idx,
+               "instance %d: info differs from the table", idx);
+    FZ_CHECK(5, c128_instance_info_get(0, NULL) == C128_ERROR_NULL_POINTER, "c128_instance_info_get(0, NULL)");
+    const uint32_t fbits = rd_u32(r);
+    const float f = fz_float(fbits);
+    const uint16_t h = c128_bf16_from_float(f);
+    if (f != f) FZ_CHECK(5, (h & 0x7FFF) > 0x7F80, "bf16 of NaN 0x%08x is 0x%04x, not a NaN", fbits, h);
+    else
+      FZ_CHECK(5, h == fz_bf16(f), "bf16 of 0x%08x is 0x%04x, round to nearest even gives 0x%04x", fbits, h,
+               fz_bf16(f));
+    const float w = c128_bf16_to_float((uint16_t)fbits);
+    FZ_CHECK(5, fz_bits(w) == (fbits & 0xFFFFu) << 16, "bf16 0x%04x widens to 0x%08x", fbits & 0xFFFFu, fz_bits(w));
+  }
   { /* c128_status_string on any value a C caller may hold */
     int32_t v = (int32_t)rd_u32(r);
 #if FZ_AVOID_KNOWN_BUG_2
