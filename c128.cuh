@@ -142,7 +142,8 @@
 #define C128_WRITE_BLOCKS_PER_SM 16
 #define C128_TILE_DIM (C128_TILE_ELEMS * C128_WARP_THREADS) /* channels per block */
 #define C128_MAX_PREFILL_ROWS 65536                         /* ragged_id is a u16 */
-#define C128_MAX_DECODE_GROUP C128_NUM_WARPS                /* requests per decode block: one writing warp each */
+#define C128_MAX_DECODE_GROUP C128_WARP_THREADS             /* requests per decode block: one ballot lane each */
+#define C128_MAX_PREFILL_GROUP C128_WARP_THREADS            /* compress windows per block */
 #define C128_MAX_HEAD_DIM 65536                             /* keeps every element offset of a row in int */
 
 /* Per-head_dim constants (upstream's C128Trait), functions of D = head_dim alone. */
@@ -218,7 +219,7 @@ typedef enum c128_dtype {
   X(C128_ERROR_TOO_MANY_DRAFTS, 19, "verify batch has more drafts than the ring can persist")     \
   X(C128_ERROR_CAPACITY_TOO_SMALL, 20, "plan arrays are smaller than the batch needs")            \
   X(C128_ERROR_INVALID_PLAN, 21, "a plan is invalid (see the checker's message)")                 \
-  X(C128_ERROR_INVALID_GROUP, 22, "requests_per_block must be 0 (automatic) .. C128_MAX_DECODE_GROUP")
+  X(C128_ERROR_INVALID_GROUP, 22, "requests_per_block or windows_per_block is negative or too large")
 
 typedef enum c128_status {
 #define C128__STATUS_ENUM(name, value, message) name = value,
@@ -331,6 +332,7 @@ typedef struct c128_prefill_args {
   int64_t num_write;
   c128_shared_layout layout;
   int32_t pdl;
+  int32_t windows_per_block; /* compress windows per block, 1..C128_MAX_PREFILL_GROUP; 0 = automatic */
 } c128_prefill_args;
 
 /* Options of the host (CPU) runner. Zero = forward block order, no race checking. */
@@ -361,6 +363,8 @@ C128_API int c128_find_instance(int head_dim, c128_dtype state, c128_dtype input
    multiprocessors: the largest group that costs no more block-windows per SM slot than any
    other when every request is at a boundary (few blocks when few are: the common step). */
 C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count);
+/* The same rule for compress windows per block (args.windows_per_block = 0). */
+C128_API int32_t c128_prefill_group_size(int64_t num_compress, int32_t head_dim, int32_t sm_count);
 
 C128_API c128_status c128_decode(const c128_decode_args *args, cudaStream_t stream);
 C128_API c128_status c128_prefill(const c128_prefill_args *args, cudaStream_t stream);
@@ -490,8 +494,10 @@ C128_API c128_status c128_plan_decode_device_host(const c128_device_plan_args *a
 #define C128__ALL_LANES 0xFFFFFFFFu
 #ifdef __CUDA_ARCH__
 #define C128__UNROLL _Pragma("unroll")
+#define C128__NO_UNROLL _Pragma("unroll 1")
 #else
 #define C128__UNROLL
+#define C128__NO_UNROLL
 #endif
 #define C128__LAST_ROW (C128_WINDOW - 1)
 
@@ -569,13 +575,28 @@ C128__FN uint32_t c128__bf16_round(float f) {
   return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;                   /* round to nearest even */
 }
 
-/* exp(x) to about 1 ulp from fma and exact operations only, so that the host runner and the GPU
-   get the same bits. exp(-inf) = 0, exp(NaN) = NaN. */
+/* exp(x) within 0.94 ulp on [-88, 88] (checked against double over every float there), from fma
+   and exact operations only, so that the host runner and the GPU get the same bits. Branch-free:
+   the softmax calls it 8192 times per window and split. Arguments are clamped to [-88, 88] (the
+   kernels only pass x <= 0); results below 2^-126 may flush to 0; exp(-inf) = 0, exp(NaN) is a NaN. */
+/* min / max that return NaN when an argument is NaN (IEEE minimum / maximum; fminf drops it). */
+C128__FN float c128__clamp_nan(float x, float lo, float hi) {
+#ifdef __CUDA_ARCH__
+  float y;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(x), "f"(hi));
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(y), "f"(lo));
+  return y;
+#else
+  return x != x ? x : fminf(fmaxf(x, lo), hi);
+#endif
+}
+
 C128__FN float c128__exp(float x) {
-  if (!(x > -104.0f)) return x != x ? x : 0.0f; /* below the smallest subnormal, -inf, NaN */
-  if (x > 88.72f) return INFINITY;
-  const float n = rintf(c128__mul(x, 1.44269504088896341f));
-  float r = fmaf(n, -0.693145751953125f, x); /* Cody-Waite: ln 2 = hi + lo */
+  const float round_magic = 12582912.0f;                       /* 1.5 * 2^23: adding it rounds to an integer */
+  const float xc = c128__clamp_nan(x, -88.0f, 88.0f);          /* NaN flows through to the result */
+  const float t = fmaf(xc, 1.44269504088896341f, round_magic); /* n = round(x / ln 2) in the low bits */
+  const float n = c128__sub(t, round_magic);
+  float r = fmaf(n, -0.693145751953125f, xc); /* Cody-Waite: ln 2 = hi + lo */
   r = fmaf(n, -1.42860682030941723e-06f, r);
   float q = 1.0f / 5040.0f; /* Taylor to degree 7 on |r| <= ln2 / 2: error < 1e-8 */
   q = fmaf(q, r, 1.0f / 720.0f);
@@ -585,9 +606,9 @@ C128__FN float c128__exp(float x) {
   q = fmaf(q, r, 0.5f);
   q = fmaf(q, r, 1.0f);
   q = fmaf(q, r, 1.0f);
-  const int e = (int)n, e1 = e / 2, e2 = e - e1; /* two steps keep each 2^k a normal number */
-  return c128__mul(c128__mul(q, c128__from_bits((uint32_t)(e1 + 127) << 23)),
-                   c128__from_bits((uint32_t)(e2 + 127) << 23));
+  /* 2^n as bits: (n + 127) << 23, with n = bits(t) - bits(round_magic); n = -127 gives 0. */
+  const float scale = c128__from_bits((c128__bits(t) << 23) + ((127u - c128__bits(round_magic)) << 23));
+  return c128__mul(q, scale);
 }
 
 /* >>device: what a kernel sees ----------------------------------------------------------- */
@@ -649,13 +670,16 @@ static void c128__track(c128__checker *checker, const void *addr, int count, int
 
 C128__FN int c128__elem_size(int dtype) { return dtype == C128_BF16 ? 2 : 4; }
 
-/* Two consecutive elements at base[i] (i even), widened to f32. */
-C128__FN float2 c128__load2(const c128__params *p, const void *base, int64_t i, int dtype) {
+/* Two consecutive elements at base[i] (i even), widened to f32. Window rows and input rows are
+   read once (`stream`: evict first), so that ape, which every window re-reads, stays in L1.
+   (ape through the non-coherent path, __ldg, lets the compiler hoist its loads: spills.) */
+C128__FN float2 c128__load2(const c128__params *p, const void *base, int64_t i, int dtype, int stream) {
   float2 v;
   uint32_t raw[2];
   if (dtype == C128_BF16) {
 #ifdef __CUDA_ARCH__
-    raw[0] = *(const uint32_t *)((const uint16_t *)base + i);
+    const unsigned int *a = (const unsigned int *)((const uint16_t *)base + i);
+    raw[0] = stream ? __ldcs(a) : *a;
 #else
     memcpy(raw, (const uint16_t *)base + i, 4);
 #endif
@@ -663,7 +687,8 @@ C128__FN float2 c128__load2(const c128__params *p, const void *base, int64_t i, 
     v.y = c128__bf16_widen(raw[0] >> 16);
   } else {
 #ifdef __CUDA_ARCH__
-    v = *(const float2 *)((const float *)base + i);
+    const float2 *a = (const float2 *)((const float *)base + i);
+    v = stream ? __ldcs(a) : *a;
 #else
     memcpy(&v, (const float *)base + i, 8);
 #endif
@@ -671,6 +696,7 @@ C128__FN float2 c128__load2(const c128__params *p, const void *base, int64_t i, 
     raw[1] = c128__bits(v.y);
   }
 #ifndef __CUDA_ARCH__
+  (void)stream;
   if (p->checker)
     c128__track(p->checker, (const char *)base + i * c128__elem_size(dtype), 2, c128__elem_size(dtype), 0, raw);
 #else
@@ -701,27 +727,39 @@ C128__FN void c128__store1(const c128__params *p, void *base, int64_t i, int dty
   }
 }
 
-/* Copy two elements of an input row into a state row, converting to the state dtype. When the
-   dtypes agree the bits travel untouched. */
-C128__FN void c128__copy2(const c128__params *p, c128__trait t, int64_t in_elem, int64_t st_elem) {
+/* Two elements of an input row on their way to a state row: the raw bits when the dtypes agree
+   (they travel untouched), else the values widened to f32. */
+typedef struct c128__pair {
+  uint32_t raw[2];
+  float2 value;
+} c128__pair;
+
+C128__FN c128__pair c128__fetch2(const c128__params *p, c128__trait t, int64_t in_elem) {
+  c128__pair v = {{0u, 0u}, {0.0f, 0.0f}};
   if (t.buf == t.in) {
     const int es = c128__elem_size(t.in);
-    uint32_t raw[2];
 #ifdef __CUDA_ARCH__
-    if (es == 4) *(uint2 *)raw = *(const uint2 *)((const float *)p->input + in_elem);
-    else raw[0] = *(const uint32_t *)((const uint16_t *)p->input + in_elem);
+    if (es == 4) *(uint2 *)v.raw = *(const uint2 *)((const float *)p->input + in_elem);
+    else v.raw[0] = *(const uint32_t *)((const uint16_t *)p->input + in_elem);
 #else
-    memcpy(raw, (const char *)p->input + in_elem * es, (size_t)(2 * es));
+    memcpy(v.raw, (const char *)p->input + in_elem * es, (size_t)(2 * es));
 #endif
-    c128__store_bits(p, (char *)p->state + st_elem * es, raw, 2, es);
-    return;
+  } else {
+    v.value = c128__load2(p, p->input, in_elem, t.in, 1);
   }
-  const float2 v = c128__load2(p, p->input, in_elem, t.in);
-  if (t.buf == C128_BF16) {
-    const uint32_t packed = c128__bf16_round(v.x) | (c128__bf16_round(v.y) << 16);
+  return v;
+}
+
+/* Store a fetched pair into state element st_elem, converting to the state dtype. */
+C128__FN void c128__put2(const c128__params *p, c128__trait t, const c128__pair *v, int64_t st_elem) {
+  if (t.buf == t.in) {
+    const int es = c128__elem_size(t.in);
+    c128__store_bits(p, (char *)p->state + st_elem * es, v->raw, 2, es);
+  } else if (t.buf == C128_BF16) {
+    const uint32_t packed = c128__bf16_round(v->value.x) | (c128__bf16_round(v->value.y) << 16);
     c128__store_bits(p, (uint16_t *)p->state + st_elem, &packed, 2, 2);
   } else {
-    c128__store_bits(p, (float *)p->state + st_elem, &v, 2, 4);
+    c128__store_bits(p, (float *)p->state + st_elem, &v->value, 2, 4);
   }
 }
 
@@ -729,15 +767,17 @@ C128__FN void c128__copy2(const c128__params *p, c128__trait t, int64_t in_elem,
 /* Physical page of a logical one, or -1 when the logical page is outside the logical range
    (checked before translation: a bad logical page could otherwise land on a good one) or its
    translation is outside this rank's pages. */
-C128__FN int64_t c128__physical_page(const c128__params *p, int64_t logical) {
-  const int64_t size = p->size > 1 ? p->size : 1;
-  const int64_t logical_pages = size == 1 ? p->state_pages : size * p->pages_per_rank;
+/* Pages come from int32 plan fields, so 32-bit division does (a 64-bit one is a call, whose
+   saved registers the window loop cannot afford). */
+C128__FN int64_t c128__physical_page(const c128__params *p, int32_t logical) {
+  const int32_t size = p->size > 1 ? p->size : 1;
+  const int64_t logical_pages = size == 1 ? p->state_pages : (int64_t)size * p->pages_per_rank;
   if (logical < 0 || logical >= logical_pages) return -1;
   const int64_t physical =
-      size == 1 ? logical : ((logical % size - p->rank + size) % size) * p->pages_per_rank + logical / size;
+      size == 1 ? logical : (int64_t)((logical % size - p->rank + size) % size) * p->pages_per_rank + logical / size;
   return physical < p->state_pages ? physical : -1;
 }
-C128__FN int c128__owned(const c128__params *p, int64_t logical_page) {
+C128__FN int c128__owned(const c128__params *p, int32_t logical_page) {
   return p->size <= 1 || logical_page % p->size == p->rank;
 }
 
@@ -773,7 +813,7 @@ C128__FN int c128__decode_prepare(const c128__params *p, int64_t b, int split, c
   c128__read_plan((const c128_decode_plan *)p->plans + b, &plan, sizeof plan);
   if (plan.seq_len == 0 || plan.write_loc < 0) return C128__PADDING;
   if (b >= p->input_rows) return C128__BAD_INPUT_ROW;
-  const int64_t write_page = plan.write_loc / C128_WINDOW;
+  const int32_t write_page = plan.write_loc / C128_WINDOW;
   const int64_t write_phys = c128__physical_page(p, write_page);
   if (write_phys < 0) return C128__BAD_WRITE_PAGE;
   job->input_row = b;
@@ -820,7 +860,7 @@ C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int64_t *
   c128__read_plan((const c128_write_plan *)p->plans + index, &plan, sizeof plan);
   if (plan.ragged_id == C128_INVALID_ID) return C128__PADDING;
   if (plan.ragged_id >= p->input_rows) return C128__BAD_INPUT_ROW;
-  const int64_t page = plan.write_loc < 0 ? -1 : plan.write_loc / C128_WINDOW;
+  const int32_t page = plan.write_loc < 0 ? -1 : plan.write_loc / C128_WINDOW;
   const int64_t phys = c128__physical_page(p, page);
   if (phys < 0) return C128__BAD_WRITE_PAGE;
   *src_row = plan.ragged_id;
@@ -847,27 +887,28 @@ C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__w
       const void *base = state_row ? (const void *)p->state : p->input;
       const int64_t row = state_row ? w->state_row0 + j : w->input_row0 + j;
       const int dtype = state_row ? t.buf : t.in;
-      kv[r] = c128__load2(p, base, row * row_elems + ch, dtype);
-      score[r] = c128__load2(p, base, row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, dtype);
+      kv[r] = c128__load2(p, base, row * row_elems + ch, dtype, 1);
+      score[r] = c128__load2(p, base, row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, dtype, 1);
     }
   } else { /* the one warp whose rows straddle buffer_len, with two dtypes */
     C128__UNROLL
     for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
       const int j = first + r;
       if (j < w->buffer_len) {
-        kv[r] = c128__load2(p, p->state, (w->state_row0 + j) * row_elems + ch, t.buf);
+        kv[r] = c128__load2(p, p->state, (w->state_row0 + j) * row_elems + ch, t.buf, 1);
         score[r] =
-            c128__load2(p, p->state, (w->state_row0 + j) * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.buf);
+            c128__load2(p, p->state, (w->state_row0 + j) * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.buf, 1);
       } else {
-        kv[r] = c128__load2(p, p->input, (w->input_row0 + j) * row_elems + ch, t.in);
-        score[r] = c128__load2(p, p->input, (w->input_row0 + j) * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.in);
+        kv[r] = c128__load2(p, p->input, (w->input_row0 + j) * row_elems + ch, t.in, 1);
+        score[r] =
+            c128__load2(p, p->input, (w->input_row0 + j) * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.in, 1);
       }
     }
   }
   float2 m = make_float2(-INFINITY, -INFINITY);
   C128__UNROLL
   for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
-    const float2 ape = c128__load2(p, p->ape, (int64_t)(warp * C128_ROWS_PER_WARP + r) * t.head_dim + ch, C128_F32);
+    const float2 ape = c128__load2(p, p->ape, (int64_t)(warp * C128_ROWS_PER_WARP + r) * t.head_dim + ch, C128_F32, 0);
     score[r].x = c128__add(score[r].x, ape.x);
     score[r].y = c128__add(score[r].y, ape.y);
     m.x = fmaxf(m.x, score[r].x);
@@ -986,38 +1027,108 @@ C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__windo
 #endif
 }
 
-/* A decode block takes `group` consecutive requests in one split: thread i reads request i's
-   plan (phase "plans"), warp i persists request i's slice of its new token ("writes"), then the
-   block compresses the group's boundary windows one after another. Grouping keeps blocks busy
-   when few requests are at a boundary (the common step): one warp writing per 512-thread block
-   would hold an SM slot for a few hundred bytes. */
-typedef struct c128__decode_shared {
-  c128__smem fold;
-  c128__decode_job job[C128_MAX_DECODE_GROUP];
-  int32_t runs[C128_MAX_DECODE_GROUP];
-} c128__decode_shared;
+/* Ask L2 for this split's slice of the window's 128 rows (a 128-byte line per thread), so that
+   it streams in from DRAM while the block still works on the window before. */
+C128__FN void c128__prefetch_window(const c128__params *p, c128__trait t, const c128__window *w, int tid) {
+#ifdef __CUDA_ARCH__
+  const int j = tid / 4, half = tid % 2; /* row j; kv or score half (tid / 2 % 2); 128-byte line */
+  const int from_state = j < w->buffer_len, es = c128__elem_size(from_state ? t.buf : t.in);
+  if (half * 128 >= C128_TILE_DIM * es) return; /* a bf16 slice is one line */
+  const int64_t row = from_state ? w->state_row0 + j : w->input_row0 + j;
+  const int64_t elem =
+      row * C128_ROW_ELEMS(t.head_dim) + tid / 2 % 2 * C128_SCORE_OFFSET(t.head_dim) + w->split * C128_TILE_DIM;
+  const char *line = (const char *)(from_state ? p->state : p->input) + elem * es + half * 128;
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(line) : "memory"); /* the window's loads stay below */
+#else
+  (void)p, (void)t, (void)w, (void)tid;
+#endif
+}
+C128__STATIC_ASSERT(C128_BLOCK_THREADS == 4 * C128_WINDOW, "one prefetched line per thread");
 
-C128__FN void c128__decode_plans(const c128__params *p, c128__trait t, int64_t block, int tid,
-                                 c128__decode_shared *sh) {
-  if (tid >= p->group) return;
+/* A block takes `group` consecutive jobs of one split (decode: requests, prefill: compress
+   plans) and compresses their windows one after another. Window i's partials go to buffer i % 2,
+   so one barrier a window suffices: the threads that fold window i reach the next barrier only
+   after that fold, and only past it does anyone overwrite buffer i % 2. The other warps go on to
+   the next window's loads while warps 0-1 fold. */
+typedef struct c128__block_shared {
+  c128__smem fold[2];
+  c128__window windows[C128_WARP_THREADS]; /* the group's runnable windows, in job order */
+} c128__block_shared;
+C128__STATIC_ASSERT(C128_MAX_DECODE_GROUP <= C128_WARP_THREADS && C128_MAX_PREFILL_GROUP <= C128_WARP_THREADS,
+                    "one lane per job of a group");
+
+/* The block's jobs: first .. end - 1 of its split. Plan indices fit int32 (checked at launch). */
+typedef struct c128__jobs {
+  int32_t first, end, split;
+} c128__jobs;
+
+C128__FN c128__jobs c128__block_jobs(const c128__params *p, c128__trait t, int64_t block) {
   const int num_split = C128_NUM_SPLIT(t.head_dim);
-  const int64_t b = block / num_split * p->group + tid;
-  sh->runs[tid] = b < p->num_plans && c128__decode_prepare(p, b, (int)(block % num_split), &sh->job[tid]) == C128__RUN;
+  c128__jobs j;
+  j.split = (int32_t)(block % num_split);
+  j.first = (int32_t)(block / num_split * p->group);
+  j.end = (int32_t)(j.first + p->group < p->num_plans ? j.first + p->group : p->num_plans);
+  return j;
 }
 
-C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, int tid, const c128__decode_shared *sh) {
-  const int w = tid / C128_WARP_THREADS;
-  if (w >= p->group || !sh->runs[w] || !sh->job[w].write) return;
-  const c128__decode_job *job = &sh->job[w];
+/* Job k's window, if it compresses in this launch (decode: the request runs and sits at a
+   boundary; prefill: the plan runs). */
+C128__FN int c128__job_window(const c128__params *p, c128__trait t, int decode, const c128__jobs *j, int k,
+                              c128__window *w) {
+  if (j->first + k >= j->end) return 0;
+  if (!decode)
+    return c128__compress_prepare(p, t, (int64_t)(j->first + k) * C128_NUM_SPLIT(t.head_dim) + j->split, w) ==
+           C128__RUN;
+  c128__decode_job job;
+  const int runs = c128__decode_prepare(p, j->first + k, j->split, &job) == C128__RUN && job.boundary;
+  *w = job.win;
+  return runs;
+}
+
+/* Bit k of the result: job k compresses. Lane k of every warp looks at job k and a ballot
+   gathers the answers, so every warp knows the count without waiting for another; warp 0 also
+   lists the windows in shared memory (read after a barrier). */
+C128__FN uint32_t c128__list_windows(const c128__params *p, c128__trait t, int decode, const c128__jobs *j, int tid,
+                                     c128__block_shared *sh) {
+#ifdef __CUDA_ARCH__
+  const int lane = tid % C128_WARP_THREADS;
+  c128__window w;
+  const int runs = lane < p->group && c128__job_window(p, t, decode, j, lane, &w);
+  const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
+  if (runs && tid < C128_WARP_THREADS) sh->windows[__popc(mask & ((1u << lane) - 1u))] = w;
+  return mask;
+#else
+  uint32_t mask = 0;
+  for (int k = 0, n = 0; k < p->group; ++k) { /* one host "thread" stands for the whole warp */
+    if (!c128__job_window(p, t, decode, j, k, &sh->windows[n])) continue;
+    mask |= 1u << k;
+    ++n;
+  }
+  (void)tid;
+  return mask;
+#endif
+}
+
+C128__FN int c128__popcount(uint32_t mask) {
+  int n = 0;
+  for (; mask; mask &= mask - 1u) ++n;
+  return n;
+}
+
+/* Decode: warp w persists the new token of requests first + w, first + w + 16, ... The input
+   row is requested before the plan is known (row b belongs to plan b), so the two loads overlap.
+   The windows never read these rows, so no barrier separates the two. */
+C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c128__jobs *j, int tid) {
   const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
-  const int64_t ch = (int64_t)job->win.split * C128_TILE_DIM + C128_TILE_ELEMS * (tid % C128_WARP_THREADS);
-  c128__copy2(p, t, job->input_row * row_elems + ch, job->write_row * row_elems + ch);
-  c128__copy2(p, t, job->input_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch,
-              job->write_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
-}
-
-C128__FN int c128__decode_compresses(const c128__decode_shared *sh, int k) {
-  return sh->runs[k] && sh->job[k].boundary;
+  const int64_t ch = (int64_t)j->split * C128_TILE_DIM + C128_TILE_ELEMS * (tid % C128_WARP_THREADS);
+  for (int32_t b = j->first + tid / C128_WARP_THREADS; b < j->end; b += C128_NUM_WARPS) {
+    const c128__pair kv = c128__fetch2(p, t, (int64_t)b * row_elems + ch);
+    const c128__pair score = c128__fetch2(p, t, (int64_t)b * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
+    c128__decode_job job;
+    if (c128__decode_prepare(p, b, j->split, &job) != C128__RUN || !job.write) continue;
+    c128__put2(p, t, &kv, job.write_row * row_elems + ch);
+    c128__put2(p, t, &score, job.write_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
+  }
 }
 
 /* Write kernel, one warp task = one 128-element chunk of one write plan's row. */
@@ -1027,13 +1138,17 @@ C128__FN void c128__write_task(const c128__params *p, c128__trait t, int64_t tas
   if (c128__write_prepare(p, task / num_split, &src_row, &dst_row) != C128__RUN || dst_row < 0) return;
   const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
   const int64_t e = (task % num_split) * (C128_WARP_THREADS * 2 * C128_TILE_ELEMS) + C128_TILE_ELEMS * lane;
-  c128__copy2(p, t, src_row * row_elems + e, dst_row * row_elems + e);
-  c128__copy2(p, t, src_row * row_elems + e + C128_TILE_DIM, dst_row * row_elems + e + C128_TILE_DIM);
+  const c128__pair lo = c128__fetch2(p, t, src_row * row_elems + e);
+  const c128__pair hi = c128__fetch2(p, t, src_row * row_elems + e + C128_TILE_DIM);
+  c128__put2(p, t, &lo, dst_row * row_elems + e);
+  c128__put2(p, t, &hi, dst_row * row_elems + e + C128_TILE_DIM);
 }
 
 /* >>kernels ------------------------------------------------------------------------------- */
-/* PDL: wait for the predecessor's memory before touching plans, input or state; let dependents
-   launch once this block's stores are issued (they must wait themselves before reading). */
+/* PDL: wait for the predecessor's memory before touching plans, input or state. Dependents may
+   launch once every block has issued its last load: they wait for this grid to complete before
+   they read anything (griddepcontrol.wait), so an early trigger only lets their launch overlap
+   this grid's last folds and stores. */
 static __device__ __forceinline__ void c128__pdl_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -1045,34 +1160,48 @@ static __device__ __forceinline__ void c128__pdl_trigger(void) {
 #endif
 }
 
+/* The window loop of both kernels (see c128__block_shared), after the barrier that publishes
+   the list. Dependents are triggered once the block's last loads are issued. */
+static __device__ __forceinline__ void c128__window_loop(const c128__params *p, c128__trait t, int count, int tid,
+                                                         c128__block_shared *sh) {
+  C128__NO_UNROLL
+  for (int i = 0; i < count; ++i) {
+    const c128__window win = sh->windows[i]; /* in registers: reading it from shared costs a spill */
+    if (i + 1 < count) c128__prefetch_window(p, t, &sh->windows[i + 1], tid);
+    c128__partials(p, t, &win, tid, &sh->fold[i % 2]);
+    if (i + 1 == count) c128__pdl_trigger();
+    __syncthreads();
+    c128__fold(p, t, &win, tid, &sh->fold[i % 2]);
+  }
+}
+
 static __device__ __forceinline__ void c128__decode_block(const c128__params *p, c128__trait t) {
-  __shared__ c128__decode_shared sh;
+  __shared__ c128__block_shared sh;
   const int tid = (int)threadIdx.x;
   c128__pdl_wait();
-  c128__decode_plans(p, t, blockIdx.x, tid, &sh);
-  __syncthreads();
-  c128__decode_writes(p, t, tid, &sh); /* rows the windows below never read: no barrier needed */
-  for (int k = 0; k < p->group; ++k) {
-    if (!c128__decode_compresses(&sh, k)) continue; /* block-uniform */
-    const c128__window win = sh.job[k].win;         /* in registers: reading it from shared costs a spill */
-    c128__partials(p, t, &win, tid, &sh.fold);
-    __syncthreads();
-    c128__fold(p, t, &win, tid, &sh.fold);
-    __syncthreads(); /* the next window reuses the partials */
+  const c128__jobs j = c128__block_jobs(p, t, blockIdx.x);
+  const uint32_t mask = c128__list_windows(p, t, 1, &j, tid, &sh);
+  c128__decode_writes(p, t, &j, tid);
+  if (!mask) { /* the common step: nothing to compress, no barrier */
+    c128__pdl_trigger();
+    return;
   }
-  c128__pdl_trigger();
+  __syncthreads();
+  c128__window_loop(p, t, __popc(mask), tid, &sh);
 }
 
 static __device__ __forceinline__ void c128__compress_block(const c128__params *p, c128__trait t) {
-  __shared__ c128__smem sm;
-  c128__window w;
+  __shared__ c128__block_shared sh;
+  const int tid = (int)threadIdx.x;
   c128__pdl_wait();
-  if (c128__compress_prepare(p, t, blockIdx.x, &w) == C128__RUN) {
-    c128__partials(p, t, &w, (int)threadIdx.x, &sm);
-    __syncthreads();
-    c128__fold(p, t, &w, (int)threadIdx.x, &sm);
+  const c128__jobs j = c128__block_jobs(p, t, blockIdx.x);
+  const uint32_t mask = c128__list_windows(p, t, 0, &j, tid, &sh);
+  if (!mask) {
+    c128__pdl_trigger();
+    return;
   }
-  c128__pdl_trigger();
+  __syncthreads();
+  c128__window_loop(p, t, __popc(mask), tid, &sh);
 }
 
 static __device__ __forceinline__ void c128__write_block(const c128__params *p, c128__trait t) {
@@ -1218,41 +1347,33 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
   }
   const int threads = kind == C128__KIND_WRITE ? C128_WRITE_BLOCK_THREADS : C128_BLOCK_THREADS;
   const int64_t tasks = p.num_plans * C128_NUM_SPLIT(t.head_dim);
-  c128__decode_shared sh;               /* the block's shared memory; sh.fold serves compress too */
-  c128__window win[C128_BLOCK_THREADS]; /* each compress thread's registers between the phases */
-  int active[C128_BLOCK_THREADS];
+  c128__block_shared sh; /* the block's shared memory */
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t block = o && o->reverse_blocks ? blocks - 1 - i : i;
     memset(&sh, 0xFF, sizeof sh); /* NaN: a fold that reads an unwritten partial shows it */
     checker.block = (int32_t)block;
     checker.phase = 0;
-    if (kind == C128__KIND_DECODE) { /* phases: plans | writes + 1st window's partials | fold | ... */
-      for (checker.tid = 0; checker.tid < threads; ++checker.tid) c128__decode_plans(&p, t, block, checker.tid, &sh);
-      checker.phase = 1;
-      for (checker.tid = 0; checker.tid < threads; ++checker.tid) c128__decode_writes(&p, t, checker.tid, &sh);
-      for (int k = 0; k < p.group; ++k) {
-        if (!c128__decode_compresses(&sh, k)) continue;
-        for (checker.tid = 0; checker.tid < threads; ++checker.tid)
-          c128__partials(&p, t, &sh.job[k].win, checker.tid, &sh.fold);
-        ++checker.phase;
-        for (checker.tid = 0; checker.tid < threads; ++checker.tid)
-          c128__fold(&p, t, &sh.job[k].win, checker.tid, &sh.fold);
-        ++checker.phase;
+    if (kind == C128__KIND_WRITE) {
+      for (checker.tid = 0; checker.tid < threads; ++checker.tid) {
+        const int64_t task = block * C128_WRITE_WARPS + checker.tid / C128_WARP_THREADS;
+        if (task < tasks) c128__write_task(&p, t, task, checker.tid % C128_WARP_THREADS);
       }
       continue;
     }
-    for (checker.tid = 0; checker.tid < threads; ++checker.tid) { /* phase 0 */
-      const int tid = checker.tid;
-      if (kind == C128__KIND_WRITE) {
-        const int64_t task = block * C128_WRITE_WARPS + tid / C128_WARP_THREADS;
-        if (task < tasks) c128__write_task(&p, t, task, tid % C128_WARP_THREADS);
-      } else if ((active[tid] = c128__compress_prepare(&p, t, block, &win[tid]) == C128__RUN)) {
-        c128__partials(&p, t, &win[tid], tid, &sh.fold);
-      }
+    /* Phases between barriers: list [+ decode writes] | window 0's partials | fold 0 +
+       partials 1 | ... The list is block-uniform: one pass stands for every warp's. */
+    const int decode = kind == C128__KIND_DECODE;
+    const c128__jobs j = c128__block_jobs(&p, t, block);
+    const int count = c128__popcount(c128__list_windows(&p, t, decode, &j, 0, &sh));
+    for (checker.tid = 0; decode && checker.tid < threads; ++checker.tid) c128__decode_writes(&p, t, &j, checker.tid);
+    for (int k = 0; k < count; ++k) { /* window k's partials run in phase k + 1, its fold in k + 2 */
+      checker.phase = k + 1;
+      for (checker.tid = 0; checker.tid < threads; ++checker.tid)
+        c128__partials(&p, t, &sh.windows[k], checker.tid, &sh.fold[k % 2]);
+      checker.phase = k + 2;
+      for (checker.tid = 0; checker.tid < threads; ++checker.tid)
+        c128__fold(&p, t, &sh.windows[k], checker.tid, &sh.fold[k % 2]);
     }
-    checker.phase = 1;
-    for (checker.tid = 0; kind == C128__KIND_COMPRESS && checker.tid < threads; ++checker.tid)
-      if (active[checker.tid]) c128__fold(&p, t, &win[checker.tid], checker.tid, &sh.fold);
   }
   c128__checker_free(&checker);
   if (checker.out_of_memory) return C128_ERROR_OUT_OF_MEMORY;
@@ -1309,6 +1430,7 @@ static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trai
     return C128_ERROR_NEGATIVE_SIZE;
   if (a->input_rows > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS;
   if (a->num_compress > C128_MAX_PREFILL_ROWS || a->num_write > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_PLANS;
+  if (a->windows_per_block < 0 || a->windows_per_block > C128_MAX_PREFILL_GROUP) return C128_ERROR_INVALID_GROUP;
   if (a->num_compress == 0 && a->num_write == 0) return C128_SUCCESS;
   if (a->output_rows < a->num_compress) return C128_ERROR_OUTPUT_TOO_SMALL;
   if ((a->num_compress && !a->compress_plans) || (a->num_write && !a->write_plans)) return C128_ERROR_NULL_POINTER;
@@ -1370,48 +1492,69 @@ static c128_status c128__launch(const void *kernel, int64_t blocks, int threads,
   return cudaLaunchKernelExC(&config, kernel, args) == cudaSuccess ? C128_SUCCESS : C128_ERROR_LAUNCH_FAILED;
 }
 
-/* A block folds its boundary windows one after another, so with every request at a boundary a
-   group of g costs waves(blocks) * g window-times; ties go to the larger group. */
-C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count) {
+/* A block compresses its windows one after another, so with every window present a group of g
+   costs waves(blocks) * g window-times; the largest g of least cost wins. */
+static int32_t c128__group_size(int64_t jobs, int32_t head_dim, int32_t sm_count, int32_t max_group) {
   const int64_t wave = (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1);
   const int64_t splits = head_dim >= C128_TILE_DIM ? C128_NUM_SPLIT(head_dim) : 1;
   int32_t best = 1;
   int64_t best_cost = INT64_MAX;
-  for (int32_t g = 1; g <= C128_MAX_DECODE_GROUP && batch > 0; ++g) {
-    const int64_t blocks = (batch + g - 1) / g * splits, cost = (blocks + wave - 1) / wave * g;
+  for (int32_t g = 1; g <= max_group && jobs > 0; ++g) {
+    const int64_t blocks = (jobs + g - 1) / g * splits, cost = (blocks + wave - 1) / wave * g;
     if (cost <= best_cost) best = g, best_cost = cost;
   }
   return best;
 }
 
+C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count) {
+  return c128__group_size(batch, head_dim, sm_count, C128_MAX_DECODE_GROUP);
+}
+C128_API int32_t c128_prefill_group_size(int64_t num_compress, int32_t head_dim, int32_t sm_count) {
+  return c128__group_size(num_compress, head_dim, sm_count, C128_MAX_PREFILL_GROUP);
+}
+
+/* Requests (decode) or compress plans (prefill) per block: the caller's, or the automatic one. */
 static int32_t c128__decode_group(const c128_decode_args *a, c128__trait t, int sm_count) {
   return a->requests_per_block > 0 ? a->requests_per_block : c128_decode_group_size(a->batch, t.head_dim, sm_count);
 }
+static int32_t c128__prefill_group(const c128_prefill_args *a, c128__trait t, int sm_count) {
+  return a->windows_per_block > 0 ? a->windows_per_block
+                                  : c128_prefill_group_size(a->num_compress, t.head_dim, sm_count);
+}
 
-static int64_t c128__decode_blocks(const c128_decode_args *a, c128__trait t, int32_t group) {
-  return (a->batch + group - 1) / group * C128_NUM_SPLIT(t.head_dim);
+static int64_t c128__grouped_blocks(int64_t jobs, c128__trait t, int32_t group) {
+  return (jobs + group - 1) / group * C128_NUM_SPLIT(t.head_dim);
+}
+
+/* The automatic groups need the device's SM count; the host runner takes an H200's (132):
+   results do not depend on the grouping. */
+#define C128__HOST_SM_COUNT 132
+static c128_status c128__sm_count(int32_t explicit_group, int *sm_count) {
+  int device = 0;
+  *sm_count = 0;
+  if (explicit_group > 0) return C128_SUCCESS;
+  return cudaGetDevice(&device) == cudaSuccess &&
+                 cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess
+             ? C128_SUCCESS
+             : C128_ERROR_LAUNCH_FAILED;
 }
 
 static c128_status c128__decode_gpu(const c128_decode_args *a, c128__trait t, const void *kernel, cudaStream_t stream) {
-  const c128_status st = c128__validate_decode(a, t);
+  c128_status st = c128__validate_decode(a, t);
   if (st != C128_SUCCESS || a->batch == 0) return st;
-  int device = 0, sm_count = 0;
-  if (a->requests_per_block == 0 &&
-      (cudaGetDevice(&device) != cudaSuccess ||
-       cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess))
-    return C128_ERROR_LAUNCH_FAILED;
+  int sm_count;
+  if ((st = c128__sm_count(a->requests_per_block, &sm_count)) != C128_SUCCESS) return st;
   c128__params p = c128__decode_params(a);
   p.group = c128__decode_group(a, t, sm_count);
-  return c128__launch(kernel, c128__decode_blocks(a, t, p.group), C128_BLOCK_THREADS, a->pdl, stream, &p);
+  return c128__launch(kernel, c128__grouped_blocks(a->batch, t, p.group), C128_BLOCK_THREADS, a->pdl, stream, &p);
 }
 
-/* The host runner takes the automatic group of an H200 (132 SMs); results do not depend on it. */
 static c128_status c128__decode_cpu(const c128_decode_args *a, c128__trait t, const c128_host_options *o) {
   const c128_status st = c128__validate_decode(a, t);
   if (st != C128_SUCCESS || a->batch == 0) return st;
   c128__params p = c128__decode_params(a);
-  p.group = c128__decode_group(a, t, 132);
-  return c128__run_host(p, t, C128__KIND_DECODE, c128__decode_blocks(a, t, p.group), o);
+  p.group = c128__decode_group(a, t, C128__HOST_SM_COUNT);
+  return c128__run_host(p, t, C128__KIND_DECODE, c128__grouped_blocks(a->batch, t, p.group), o);
 }
 
 /* Compress first, write second, on one stream: a batch's writes may land on slots its own
@@ -1419,10 +1562,15 @@ static c128_status c128__decode_cpu(const c128_decode_args *a, c128__trait t, co
 static c128_status c128__prefill_gpu(const c128_prefill_args *a, c128__trait t, const void *compress_kernel,
                                      const void *write_kernel, cudaStream_t stream) {
   c128_status st = c128__validate_prefill(a, t);
-  const c128__params compress = c128__prefill_params(a, 1), write = c128__prefill_params(a, 0);
-  if (st == C128_SUCCESS && a->num_compress > 0)
-    st = c128__launch(compress_kernel, a->num_compress * C128_NUM_SPLIT(t.head_dim), C128_BLOCK_THREADS, a->pdl, stream,
-                      &compress);
+  c128__params compress = c128__prefill_params(a, 1);
+  const c128__params write = c128__prefill_params(a, 0);
+  int sm_count;
+  if (st == C128_SUCCESS && a->num_compress > 0 &&
+      (st = c128__sm_count(a->windows_per_block, &sm_count)) == C128_SUCCESS) {
+    compress.group = c128__prefill_group(a, t, sm_count);
+    st = c128__launch(compress_kernel, c128__grouped_blocks(a->num_compress, t, compress.group), C128_BLOCK_THREADS,
+                      a->pdl, stream, &compress);
+  }
   if (st == C128_SUCCESS && a->num_write > 0)
     st = c128__launch(write_kernel, c128__write_blocks(a->num_write, t), C128_WRITE_BLOCK_THREADS, a->pdl, stream,
                       &write);
@@ -1431,9 +1579,10 @@ static c128_status c128__prefill_gpu(const c128_prefill_args *a, c128__trait t, 
 
 static c128_status c128__prefill_cpu(const c128_prefill_args *a, c128__trait t, const c128_host_options *o) {
   c128_status st = c128__validate_prefill(a, t);
+  c128__params compress = c128__prefill_params(a, 1);
+  compress.group = c128__prefill_group(a, t, C128__HOST_SM_COUNT);
   if (st == C128_SUCCESS && a->num_compress > 0)
-    st = c128__run_host(c128__prefill_params(a, 1), t, C128__KIND_COMPRESS,
-                        a->num_compress * C128_NUM_SPLIT(t.head_dim), o);
+    st = c128__run_host(compress, t, C128__KIND_COMPRESS, c128__grouped_blocks(a->num_compress, t, compress.group), o);
   if (st == C128_SUCCESS && a->num_write > 0)
     st = c128__run_host(c128__prefill_params(a, 0), t, C128__KIND_WRITE, c128__write_blocks(a->num_write, t), o);
   return st;

@@ -193,6 +193,12 @@ Test(cpu, error_invalid_group) {
   f = fx_make();
   f->d.requests_per_block = -1;
   expect_refused(f, c128_decode_host(&f->d, NULL), C128_ERROR_INVALID_GROUP);
+  f = fx_make();
+  f->p.windows_per_block = C128_MAX_PREFILL_GROUP + 1;
+  expect_refused(f, c128_prefill_host(&f->p, NULL), C128_ERROR_INVALID_GROUP);
+  f = fx_make();
+  f->p.windows_per_block = INT32_MIN;
+  expect_refused(f, c128_prefill_host(&f->p, NULL), C128_ERROR_INVALID_GROUP);
 }
 
 Test(cpu, error_out_of_memory_in_the_race_checker) {

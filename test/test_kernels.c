@@ -106,7 +106,8 @@ static void decode_case(const instance_entry *e, backend be, float score_scale, 
   free(state), free(input), free(ape), free(out), free(state0), free(out0), free(want), free(scratch), free(ref);
 }
 
-static void prefill_case(const instance_entry *e, backend be, float score_scale, int reverse) {
+/* group: compress windows per block (0 = automatic); 9 plans make full, partial and skipped groups */
+static void prefill_case(const instance_entry *e, backend be, float score_scale, int reverse, int group) {
   require_backend(be);
   const c128_instance_info *f = &e->info;
   const int D = f->head_dim;
@@ -178,6 +179,7 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
   a.num_compress = NUM_COMPRESS;
   a.write_plans = wp;
   a.num_write = NUM_WRITE;
+  a.windows_per_block = group;
   const c128_status st = run_prefill(e, be, &a, reverse);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
 
@@ -215,22 +217,95 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
   Test(cpu, name##_decode) {                                                                  \
     decode_case(&entry_##name, BACKEND_CPU, 1.0f, 0, 0);                                      \
     decode_case(&entry_##name, BACKEND_CPU, 60.0f, 1, 4);                                     \
-    decode_case(&entry_##name, BACKEND_CPU, 1.0f, 0, 16);                                     \
+    decode_case(&entry_##name, BACKEND_CPU, 1.0f, 0, 32);                                     \
   }                                                                                           \
   Test(cpu, name##_prefill) {                                                                 \
-    prefill_case(&entry_##name, BACKEND_CPU, 1.0f, 0);                                        \
-    prefill_case(&entry_##name, BACKEND_CPU, 60.0f, 1);                                       \
+    prefill_case(&entry_##name, BACKEND_CPU, 1.0f, 0, 0);                                     \
+    prefill_case(&entry_##name, BACKEND_CPU, 60.0f, 1, 4);                                    \
+    prefill_case(&entry_##name, BACKEND_CPU, 1.0f, 0, 32);                                    \
   }                                                                                           \
   Test(gpu, name##_decode) {                                                                  \
     decode_case(&entry_##name, BACKEND_GPU, 1.0f, 0, 0);                                      \
     decode_case(&entry_##name, BACKEND_GPU, 60.0f, 0, 4);                                     \
-    decode_case(&entry_##name, BACKEND_GPU, 1.0f, 0, 16);                                     \
+    decode_case(&entry_##name, BACKEND_GPU, 1.0f, 0, 32);                                     \
   }                                                                                           \
   Test(gpu, name##_prefill) {                                                                 \
-    prefill_case(&entry_##name, BACKEND_GPU, 1.0f, 0);                                        \
-    prefill_case(&entry_##name, BACKEND_GPU, 60.0f, 0);                                       \
+    prefill_case(&entry_##name, BACKEND_GPU, 1.0f, 0, 0);                                     \
+    prefill_case(&entry_##name, BACKEND_GPU, 60.0f, 0, 4);                                    \
+    prefill_case(&entry_##name, BACKEND_GPU, 1.0f, 0, 32);                                    \
   }
 C128_INSTANCES(KERNEL_TESTS)
+
+/* A batch large enough that one warp persists several requests of a group and one block folds
+   many windows: every group size gives the same bytes as one request per block. */
+enum { WIDE_BATCH = 70 };
+static void decode_groups_agree(const instance_entry *e, backend be) {
+  require_backend(be);
+  const c128_instance_info *f = &e->info;
+  const int D = f->head_dim;
+  const sizes z = sizes_of(f);
+  rng r = rng_fresh();
+  const size_t state_rows = (size_t)WIDE_BATCH * REF_WINDOW;
+  void *state = rows_alloc(state_rows, D, f->state_dtype);
+  void *input = rows_alloc(WIDE_BATCH, D, f->input_dtype);
+  rows_fill(state, state_rows, D, f->state_dtype, &r, 8.0f);
+  rows_fill(input, WIDE_BATCH, D, f->input_dtype, &r, 8.0f);
+  float *ape = ape_make(D, &r);
+  c128_decode_plan plans[WIDE_BATCH];
+  for (int b = 0; b < WIDE_BATCH; ++b) { /* request b owns page b; a third at a boundary, some padding */
+    const int32_t slot = b % 3 == 0 ? REF_WINDOW - 1 : b % (REF_WINDOW - 1);
+    const c128_decode_plan plan = {(uint32_t)(REF_WINDOW * 2 + slot + 1), b * REF_WINDOW + slot, b, b};
+    const c128_decode_plan padding = {0, -1, -1, -1};
+    plans[b] = b % 11 == 5 ? padding : plan;
+  }
+  void *out = malloc(WIDE_BATCH * z.out_row);
+  poison(out, WIDE_BATCH * z.out_row);
+  void *state0 = clone_bytes(state, state_rows * z.state_row), *out0 = clone_bytes(out, WIDE_BATCH * z.out_row);
+  c128_decode_args a = {0};
+  a.head_dim = D;
+  a.state_dtype = f->state_dtype;
+  a.input_dtype = f->input_dtype;
+  a.output_dtype = f->output_dtype;
+  a.state_pages = WIDE_BATCH;
+  a.input = input;
+  a.ape = ape;
+  a.output_rows = WIDE_BATCH;
+  a.plans = plans;
+  a.batch = WIDE_BATCH;
+  a.state = state;
+  a.output = out;
+  a.requests_per_block = 1;
+  cr_assert_eq(run_decode(e, BACKEND_CPU, &a, 0), C128_SUCCESS);
+  static const int32_t groups[] = {0, 2, 16, 17, 31, 32};
+  for (size_t g = 0; g < sizeof groups / sizeof groups[0]; ++g) {
+    a.state = clone_bytes(state0, state_rows * z.state_row);
+    a.output = clone_bytes(out0, WIDE_BATCH * z.out_row);
+    a.requests_per_block = groups[g];
+    const c128_status st = run_decode(e, be, &a, (int)(g % 2));
+    cr_assert_eq(st, C128_SUCCESS, "group %d: %s", groups[g], c128_status_string(st));
+    char what[64];
+    snprintf(what, sizeof what, "state, group %d vs 1", groups[g]);
+    check_rows_equal(a.state, state, state_rows, z.state_row, what, r.seed);
+    snprintf(what, sizeof what, "output, group %d vs 1", groups[g]);
+    check_rows_equal(a.output, out, WIDE_BATCH, z.out_row, what, r.seed);
+    free((void *)a.state), free(a.output);
+  }
+  cr_assert(memcmp(state, state0, state_rows * z.state_row) != 0, "the decode wrote nothing");
+  free(state), free(input), free(ape), free(out), free(state0), free(out0);
+}
+
+static const instance_entry wide_f32 =
+    INSTANCE_ENTRY(h128_f32_f32_f32, 128, float, float, float, C128_F32, C128_F32, C128_F32);
+static const instance_entry wide_bf16 =
+    INSTANCE_ENTRY(h256_bf16_f32_bf16, 256, c128__bf16, float, c128__bf16, C128_BF16, C128_F32, C128_BF16);
+Test(cpu, decode_groups_agree) {
+  decode_groups_agree(&wide_f32, BACKEND_CPU);
+  decode_groups_agree(&wide_bf16, BACKEND_CPU);
+}
+Test(gpu, decode_groups_agree) {
+  decode_groups_agree(&wide_f32, BACKEND_GPU);
+  decode_groups_agree(&wide_bf16, BACKEND_GPU);
+}
 
 /* Block-windows per SM slot when every request of the batch is at a boundary: waves of 2 blocks
    per SM, each block folding its group's windows one after another. */
@@ -255,4 +330,16 @@ Test(cpu, decode_group_size_never_costs_more) {
     }
   cr_assert_eq(c128_decode_group_size(1024, 512, 132), C128_MAX_DECODE_GROUP);
   cr_assert_eq(c128_decode_group_size(1, 512, 132), 1);
+}
+
+/* The prefill rule is the same rule over compress plans, with its own limit. */
+Test(cpu, prefill_group_size_never_costs_more) {
+  for (int64_t sms = 1; sms <= 200; sms += 13)
+    for (int64_t n = 1; n <= 70000; n += 1 + n / 4) {
+      const int32_t g = c128_prefill_group_size(n, 512, (int32_t)sms);
+      cr_assert(g >= 1 && g <= C128_MAX_PREFILL_GROUP);
+      cr_assert_leq(all_boundary_cost(n, g, sms), all_boundary_cost(n, 1, sms), "%lld plans, %lld SMs: group %d",
+                    (long long)n, (long long)sms, g);
+    }
+  cr_assert_eq(c128_prefill_group_size(256, 512, 132), 8); /* 32K tokens: 2048 blocks, 8 windows each in one wave */
 }
