@@ -781,10 +781,12 @@ C128__FN int c128__owned(const c128__params *p, int32_t logical_page) {
   return p->size <= 1 || logical_page % p->size == p->rank;
 }
 
+/* Plans are read-only for a launch: the non-coherent path lets their loads move ahead of the
+   kernel's stores. */
 C128__FN void c128__read_plan(const void *src, void *dst, int bytes) {
 #ifdef __CUDA_ARCH__
-  if (bytes == 16) *(uint4 *)dst = *(const uint4 *)src;
-  else *(uint2 *)dst = *(const uint2 *)src;
+  if (bytes == 16) *(uint4 *)dst = __ldg((const uint4 *)src);
+  else *(uint2 *)dst = __ldg((const uint2 *)src);
 #else
   memcpy(dst, src, (size_t)bytes);
 #endif
@@ -1027,23 +1029,26 @@ C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__windo
 #endif
 }
 
-/* Ask L2 for this split's slice of the window's 128 rows (a 128-byte line per thread), so that
-   it streams in from DRAM while the block still works on the window before. */
+/* Ask L2 for this split's slice of the window's 128 rows (thread 2j: row j's kv, 2j + 1: its
+   score; one bulk prefetch of 128 or 256 bytes each), so that it streams in from DRAM while the
+   block still works on the window before. A slice that is not 16-byte aligned (a base pointer
+   the caller offset) is not prefetched. */
 C128__FN void c128__prefetch_window(const c128__params *p, c128__trait t, const c128__window *w, int tid) {
-#ifdef __CUDA_ARCH__
-  const int j = tid / 4, half = tid % 2; /* row j; kv or score half (tid / 2 % 2); 128-byte line */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int j = tid / 2;
+  if (j >= C128_WINDOW) return;
   const int from_state = j < w->buffer_len, es = c128__elem_size(from_state ? t.buf : t.in);
-  if (half * 128 >= C128_TILE_DIM * es) return; /* a bf16 slice is one line */
   const int64_t row = from_state ? w->state_row0 + j : w->input_row0 + j;
   const int64_t elem =
-      row * C128_ROW_ELEMS(t.head_dim) + tid / 2 % 2 * C128_SCORE_OFFSET(t.head_dim) + w->split * C128_TILE_DIM;
-  const char *line = (const char *)(from_state ? p->state : p->input) + elem * es + half * 128;
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(line) : "memory"); /* the window's loads stay below */
+      row * C128_ROW_ELEMS(t.head_dim) + tid % 2 * C128_SCORE_OFFSET(t.head_dim) + w->split * C128_TILE_DIM;
+  const char *slice = (const char *)(from_state ? p->state : p->input) + elem * es;
+  if ((uintptr_t)slice % 16 != 0) return;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(slice), "r"(C128_TILE_DIM * es) : "memory");
 #else
   (void)p, (void)t, (void)w, (void)tid;
 #endif
 }
-C128__STATIC_ASSERT(C128_BLOCK_THREADS == 4 * C128_WINDOW, "one prefetched line per thread");
+C128__STATIC_ASSERT(C128_BLOCK_THREADS >= 2 * C128_WINDOW, "one prefetched slice per thread");
 
 /* A block takes `group` consecutive jobs of one split (decode: requests, prefill: compress
    plans) and compresses their windows one after another. Window i's partials go to buffer i % 2,
@@ -1115,19 +1120,43 @@ C128__FN int c128__popcount(uint32_t mask) {
   return n;
 }
 
-/* Decode: warp w persists the new token of requests first + w, first + w + 16, ... The input
-   row is requested before the plan is known (row b belongs to plan b), so the two loads overlap.
-   The windows never read these rows, so no barrier separates the two. */
-C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c128__jobs *j, int tid) {
-  const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
-  const int64_t ch = (int64_t)j->split * C128_TILE_DIM + C128_TILE_ELEMS * (tid % C128_WARP_THREADS);
-  for (int32_t b = j->first + tid / C128_WARP_THREADS; b < j->end; b += C128_NUM_WARPS) {
-    const c128__pair kv = c128__fetch2(p, t, (int64_t)b * row_elems + ch);
-    const c128__pair score = c128__fetch2(p, t, (int64_t)b * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
+/* Decode: warp w persists the new token of requests first + w and first + w + 16 (within the
+   group). Their input rows are requested first (row b belongs to plan b), before anything waits
+   on a plan, so that the input and plan loads overlap; the stores follow the plans. The windows
+   never read these rows, so no barrier separates the two. */
+#define C128__WRITES_PER_WARP 2
+C128__STATIC_ASSERT(C128_MAX_DECODE_GROUP <= C128__WRITES_PER_WARP * C128_NUM_WARPS, "rows a decode warp persists");
+typedef struct c128__decode_rows {
+  c128__pair kv[C128__WRITES_PER_WARP], score[C128__WRITES_PER_WARP];
+} c128__decode_rows;
+
+C128__FN int64_t c128__decode_channel(const c128__jobs *j, int tid) {
+  return (int64_t)j->split * C128_TILE_DIM + C128_TILE_ELEMS * (tid % C128_WARP_THREADS);
+}
+
+C128__FN void c128__decode_fetch(const c128__params *p, c128__trait t, const c128__jobs *j, int tid,
+                                 c128__decode_rows *rows) {
+  const int64_t row_elems = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
+  C128__UNROLL
+  for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
+    const int32_t b = j->first + tid / C128_WARP_THREADS + i * C128_NUM_WARPS;
+    if (b >= j->end) break;
+    rows->kv[i] = c128__fetch2(p, t, (int64_t)b * row_elems + ch);
+    rows->score[i] = c128__fetch2(p, t, (int64_t)b * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
+  }
+}
+
+C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c128__jobs *j, int tid,
+                                  const c128__decode_rows *rows) {
+  const int64_t row_elems = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
+  C128__UNROLL
+  for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
+    const int32_t b = j->first + tid / C128_WARP_THREADS + i * C128_NUM_WARPS;
     c128__decode_job job;
+    if (b >= j->end) break;
     if (c128__decode_prepare(p, b, j->split, &job) != C128__RUN || !job.write) continue;
-    c128__put2(p, t, &kv, job.write_row * row_elems + ch);
-    c128__put2(p, t, &score, job.write_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
+    c128__put2(p, t, &rows->kv[i], job.write_row * row_elems + ch);
+    c128__put2(p, t, &rows->score[i], job.write_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
   }
 }
 
@@ -1180,8 +1209,10 @@ static __device__ __forceinline__ void c128__decode_block(const c128__params *p,
   const int tid = (int)threadIdx.x;
   c128__pdl_wait();
   const c128__jobs j = c128__block_jobs(p, t, blockIdx.x);
+  c128__decode_rows rows;
+  c128__decode_fetch(p, t, &j, tid, &rows);
   const uint32_t mask = c128__list_windows(p, t, 1, &j, tid, &sh);
-  c128__decode_writes(p, t, &j, tid);
+  c128__decode_writes(p, t, &j, tid, &rows);
   if (!mask) { /* the common step: nothing to compress, no barrier */
     c128__pdl_trigger();
     return;
@@ -1365,7 +1396,11 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
     const int decode = kind == C128__KIND_DECODE;
     const c128__jobs j = c128__block_jobs(&p, t, block);
     const int count = c128__popcount(c128__list_windows(&p, t, decode, &j, 0, &sh));
-    for (checker.tid = 0; decode && checker.tid < threads; ++checker.tid) c128__decode_writes(&p, t, &j, checker.tid);
+    for (checker.tid = 0; decode && checker.tid < threads; ++checker.tid) {
+      c128__decode_rows rows;
+      c128__decode_fetch(&p, t, &j, checker.tid, &rows);
+      c128__decode_writes(&p, t, &j, checker.tid, &rows);
+    }
     for (int k = 0; k < count; ++k) { /* window k's partials run in phase k + 1, its fold in k + 2 */
       checker.phase = k + 1;
       for (checker.tid = 0; checker.tid < threads; ++checker.tid)

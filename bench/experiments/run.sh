@@ -11,16 +11,21 @@ out=${1:-bench-results}
 mkdir -p "$out"
 obj=${BENCH_BUILD:-/tmp/c128-bench-build}/bench/c128_bench.p
 flags="-gencode arch=compute_${BENCH_ARCH:-90},code=sm_${BENCH_ARCH:-90} -std=c++17 -O3 -Xcompiler=-ffp-contract=off"
-for v in exp exp,prefetch,uniform; do
+variants=${BENCH_VARIANTS:-line noprefetch dist2 noevict}
+for v in $variants; do # build every variant at once, then time them one by one
   d=/tmp/c128-experiment-${v//,/_}
   mkdir -p "$d"
   python3 bench/experiments/patch.py c128.cuh "$d/c128.cuh" "$v" || continue
   printf '#define C128_EPILOGUE C128_EPILOGUE_TWO_WARP\n#define BENCH_PREFIX bench_legacy\n#include "bench_copy.cuh"\n' \
     >"$d/patched.cu"
-  nvcc -I"$d" -Ibench -I. $flags -c "$d/patched.cu" -o "$d/patched.o" &&
-    nvcc $flags -o "$d/bench" "$obj/bench.c.o" "$obj/bench_kernels.cu.o" "$obj/bench_two_warp.cu.o" "$d/patched.o" -lm ||
-    continue
-  timeout 300 "$d/bench" --csv "$out/experiment_${v//,/_}.csv" --commit "experiment:$v" >"$d/log" 2>&1
+  (nvcc -I"$d" -Ibench -I. $flags -c "$d/patched.cu" -o "$d/patched.o" &&
+    nvcc $flags -o "$d/bench" "$obj/bench.c.o" "$obj/bench_kernels.cu.o" "$obj/bench_two_warp.cu.o" "$d/patched.o" -lm) &
+done
+wait
+for v in $variants; do
+  d=/tmp/c128-experiment-${v//,/_}
+  [ -x "$d/bench" ] || { echo "$v: no build"; continue; }
+  timeout 300 "$d/bench" --csv "$out/experiment_${v//,/_}.csv" --commit "experiment:$v" ${BENCH_FILTER:+--filter "$BENCH_FILTER"} >"$d/log" 2>&1
   echo "$v: exit $?"
   grep -i "verify" "$d/log"
 done
