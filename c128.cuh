@@ -575,35 +575,33 @@ C128__FN uint32_t c128__bf16_round(float f) {
   return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;                   /* round to nearest even */
 }
 
-/* exp(x) within 0.94 ulp on [-88, 88] (checked against double over every float there), from fma
-   and exact operations only, so that the host runner and the GPU get the same bits. Branch-free:
-   the softmax calls it 8192 times per window and split. Arguments are clamped to [-88, 88] (the
-   kernels only pass x <= 0); results below 2^-126 may flush to 0; exp(-inf) = 0, exp(NaN) is a NaN. */
-/* min / max that return NaN when an argument is NaN (IEEE minimum / maximum; fminf drops it). */
-C128__FN float c128__clamp_nan(float x, float lo, float hi) {
+/* exp(x) for x <= 0 (a score minus its maximum: every argument the kernels pass), within 1.05 ulp
+   (checked against double over every float in [-88, 0]), from fma and exact operations only,
+   so that the host runner and the GPU get the same bits. Branch-free: the softmax calls it 8192
+   times per window and split. Results below 2^-126 may flush to 0; exp(-inf) = 0, exp(NaN) is a
+   NaN. */
+C128__FN float c128__max_nan(float x, float lo) { /* IEEE maximum: NaN wins (fmaxf drops it) */
 #ifdef __CUDA_ARCH__
   float y;
-  asm("min.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(x), "f"(hi));
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(y), "f"(lo));
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(x), "f"(lo));
   return y;
 #else
-  return x != x ? x : fminf(fmaxf(x, lo), hi);
+  return x != x ? x : fmaxf(x, lo);
 #endif
 }
 
 C128__FN float c128__exp(float x) {
   const float round_magic = 12582912.0f;                       /* 1.5 * 2^23: adding it rounds to an integer */
-  const float xc = c128__clamp_nan(x, -88.0f, 88.0f);          /* NaN flows through to the result */
+  const float xc = c128__max_nan(x, -88.0f);                   /* keeps 2^n normal or 0; NaN flows through */
   const float t = fmaf(xc, 1.44269504088896341f, round_magic); /* n = round(x / ln 2) in the low bits */
   const float n = c128__sub(t, round_magic);
-  float r = fmaf(n, -0.693145751953125f, xc); /* Cody-Waite: ln 2 = hi + lo */
+  float r = fmaf(n, -0.693145751953125f, xc); /* Cody-Waite: ln 2 = hi + lo, |r| <= ln2 / 2 */
   r = fmaf(n, -1.42860682030941723e-06f, r);
-  float q = 1.0f / 5040.0f; /* Taylor to degree 7 on |r| <= ln2 / 2: error < 1e-8 */
-  q = fmaf(q, r, 1.0f / 720.0f);
-  q = fmaf(q, r, 1.0f / 120.0f);
-  q = fmaf(q, r, 1.0f / 24.0f);
-  q = fmaf(q, r, 1.0f / 6.0f);
-  q = fmaf(q, r, 0.5f);
+  float q = 0x1.6ae63cp-10f; /* degree 6, fitted for relative error 1.8e-8 on |r| <= ln2 / 2 */
+  q = fmaf(q, r, 0x1.126888p-7f);
+  q = fmaf(q, r, 0x1.555826p-5f);
+  q = fmaf(q, r, 0x1.555418p-3f);
+  q = fmaf(q, r, 0x1.fffffcp-2f);
   q = fmaf(q, r, 1.0f);
   q = fmaf(q, r, 1.0f);
   /* 2^n as bits: (n + 127) << 23, with n = bits(t) - bits(round_magic); n = -127 gives 0. */
@@ -1029,27 +1027,6 @@ C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__windo
 #endif
 }
 
-/* Ask L2 for this split's slice of the window's 128 rows (thread 2j: row j's kv, 2j + 1: its
-   score; one bulk prefetch of 128 or 256 bytes each), so that it streams in from DRAM while the
-   block still works on the window before. A slice that is not 16-byte aligned (a base pointer
-   the caller offset) is not prefetched. */
-C128__FN void c128__prefetch_window(const c128__params *p, c128__trait t, const c128__window *w, int tid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int j = tid / 2;
-  if (j >= C128_WINDOW) return;
-  const int from_state = j < w->buffer_len, es = c128__elem_size(from_state ? t.buf : t.in);
-  const int64_t row = from_state ? w->state_row0 + j : w->input_row0 + j;
-  const int64_t elem =
-      row * C128_ROW_ELEMS(t.head_dim) + tid % 2 * C128_SCORE_OFFSET(t.head_dim) + w->split * C128_TILE_DIM;
-  const char *slice = (const char *)(from_state ? p->state : p->input) + elem * es;
-  if ((uintptr_t)slice % 16 != 0) return;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(slice), "r"(C128_TILE_DIM * es) : "memory");
-#else
-  (void)p, (void)t, (void)w, (void)tid;
-#endif
-}
-C128__STATIC_ASSERT(C128_BLOCK_THREADS >= 2 * C128_WINDOW, "one prefetched slice per thread");
-
 /* A block takes `group` consecutive jobs of one split (decode: requests, prefill: compress
    plans) and compresses their windows one after another. Window i's partials go to buffer i % 2,
    so one barrier a window suffices: the threads that fold window i reach the next barrier only
@@ -1196,7 +1173,6 @@ static __device__ __forceinline__ void c128__window_loop(const c128__params *p, 
   C128__NO_UNROLL
   for (int i = 0; i < count; ++i) {
     const c128__window win = sh->windows[i]; /* in registers: reading it from shared costs a spill */
-    if (i + 1 < count) c128__prefetch_window(p, t, &sh->windows[i + 1], tid);
     c128__partials(p, t, &win, tid, &sh->fold[i % 2]);
     if (i + 1 == count) c128__pdl_trigger();
     __syncthreads();

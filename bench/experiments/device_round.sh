@@ -4,9 +4,9 @@
 # four cases; everything lands in $OUT. Usage (device): COMMIT=sha bash bench/experiments/device_round.sh
 T0=$(date +%s)
 B=/tmp/bs$RANDOM
-meson setup $B -Dgpu_arch=90 -Dwerror=true -Dbench=true >/dev/null && meson compile -C $B > $OUT/build.log 2>&1 || { tail -50 $OUT/build.log; exit 1; }
+meson setup $B -Dgpu_arch=90 -Dwerror=true -Dbench=true >/dev/null && meson compile -C $B > /tmp/build.log 2>&1 || { tail -50 /tmp/build.log; exit 1; }
 echo "build $(( $(date +%s)-T0 )) s"
-$B/test/c128_tests --filter='gpu/*' -j4 > $OUT/gpu.log 2>&1; tail -1 $OUT/gpu.log; grep -E 'FAIL|rash' $OUT/gpu.log | head -20
+$B/test/c128_tests --filter='gpu/*' -j4 > /tmp/gpu.log 2>&1; tail -1 /tmp/gpu.log; grep -E 'FAIL|rash' /tmp/gpu.log | head -20
 echo "tests $(( $(date +%s)-T0 )) s"
 timeout 200 $B/bench/c128_bench --csv $OUT/bench_c128.csv --commit "$COMMIT" > $OUT/bench.log 2>&1; echo "bench rc $?"
 echo "bench $(( $(date +%s)-T0 )) s"
@@ -19,4 +19,4 @@ for spec in ${NCU_SPECS:-decode_boundary:128:f32 decode_boundary:128:bf16 prefil
     --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,lts__t_sectors_srcunit_tex_lookup_hit.sum,lts__t_sectors_srcunit_tex_lookup_miss.sum \
     $B/bench/c128_bench --profile "$spec"
 done > $OUT/ncu.txt 2>&1
-echo "ncu $(( $(date +%s)-T0 )) s"
+echo "ncu $(( $(date +%s)-T0 )) s"; grep -m3 -i 'error\|warn' $OUT/ncu.txt
