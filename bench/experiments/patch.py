@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
 """Experimental variants of c128.cuh, timed against the unpatched library (c128.cuh is not changed):
    usage: patch.py SRC DST VARIANT[,VARIANT...]
-   exp7        c128__exp with the degree-7 Taylor polynomial instead of the fitted degree 6
-   occ1        __launch_bounds__(512, 1): 128 registers a thread, one block per SM (and groups
-               sized for one block per SM)
-   noevict     window and input rows loaded without the evict-first hint (plain ld.global)
-(Earlier rounds' variants, exp / prefetch / uniform and line / noprefetch / dist2 of the L2
-prefetch, are in git history: they patched code that has since changed.)"""
+   bf16cs      bf16 rows loaded with the evict-first hint too (round 3's kernels)
+   halfgroup   automatic groups chosen for twice the SM count: about twice the blocks, half the
+               windows each
+(Earlier rounds' variants are in git history: exp / prefetch / uniform, line / noprefetch / dist2
+of an L2 prefetch, exp7 / occ1 / noevict; they patched code that has since changed.)"""
 import sys
 
 src, dst, which = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
@@ -19,21 +18,10 @@ def rep(old, new):
     s = s.replace(old, new)
 
 
-if "exp7" in which:  # the degree-7 Taylor polynomial of the first rounds
-    rep("""  float q = 0x1.6ae63cp-10f; /* degree 6, fitted for relative error 1.8e-8 on |r| <= ln2 / 2 */
-  q = fmaf(q, r, 0x1.126888p-7f);
-  q = fmaf(q, r, 0x1.555826p-5f);
-  q = fmaf(q, r, 0x1.555418p-3f);
-  q = fmaf(q, r, 0x1.fffffcp-2f);""", """  float q = 1.0f / 5040.0f;
-  q = fmaf(q, r, 1.0f / 720.0f);
-  q = fmaf(q, r, 1.0f / 120.0f);
-  q = fmaf(q, r, 1.0f / 24.0f);
-  q = fmaf(q, r, 1.0f / 6.0f);
-  q = fmaf(q, r, 0.5f);""")
-if "occ1" in which:  # one 512-thread block per SM: 128 registers a thread instead of 64
-    rep("#define C128_BLOCKS_PER_SM 2 ", "#define C128_BLOCKS_PER_SM 1 ")
-if "noevict" in which:
-    rep("raw[0] = stream ? __ldcs(a) : *a;", "raw[0] = *a;")
-    rep("v = stream ? __ldcs(a) : *a;", "v = *a;")
+if "bf16cs" in which:  # bf16 rows with the evict-first hint as well (round 3's kernels)
+    rep("""    raw[0] = *a;""", """    raw[0] = stream ? __ldcs(a) : *a;""")
+if "halfgroup" in which:  # automatic groups halved: more blocks, fewer windows each
+    rep("""  const int64_t wave = (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1);""",
+        """  const int64_t wave = (int64_t)C128_BLOCKS_PER_SM * 2 * (sm_count > 0 ? sm_count : 1);""")
 open(dst, "w").write(s)
 print("patched", which, "->", dst)

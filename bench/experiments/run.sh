@@ -11,7 +11,7 @@ out=${1:-bench-results}
 mkdir -p "$out"
 obj=${BENCH_BUILD:-/tmp/c128-bench-build}/bench/c128_bench.p
 flags="-gencode arch=compute_${BENCH_ARCH:-90},code=sm_${BENCH_ARCH:-90} -std=c++17 -O3 -Xcompiler=-ffp-contract=off"
-variants=${BENCH_VARIANTS:-exp7 occ1 noevict}
+variants=${BENCH_VARIANTS:-bf16cs halfgroup}
 for v in $variants; do # build every variant at once, then time them one by one
   d=/tmp/c128-experiment-${v//,/_}
   mkdir -p "$d"
