@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One device call: GPU suite, bench/run.sh (C harness and PyTorch reference in one run), then the
+# patched variants of bench/experiments; selected results land in $OUT.
+# Usage (device, repository root): COMMIT=sha bash bench/experiments/device_final.sh
+T0=$(date +%s)
+B=/tmp/bt$RANDOM
+meson setup $B -Dgpu_arch=90 -Dwerror=true >/dev/null && meson compile -C $B > /tmp/build.log 2>&1 || { tail -50 /tmp/build.log; exit 1; }
+$B/test/c128_tests --filter='gpu/*' -j4 > /tmp/gpu.log 2>&1; tail -1 /tmp/gpu.log; grep -E 'FAIL|rash' /tmp/gpu.log | head -20
+echo "tests $(( $(date +%s)-T0 )) s"
+R=/tmp/results$RANDOM
+BENCH_COMMIT=$COMMIT BENCH_BUILD=/tmp/bb$RANDOM BENCH_TORCH_BUDGET_S=${BUDGET:-120} bash bench/run.sh $R > /tmp/run.log 2>&1
+grep '^==' /tmp/run.log
+cp $R/bench_c128.csv $R/bench_torch.csv $R/bench_report.md $R/bench_c128.log $OUT/ 2>/dev/null
+cp $R/c128_bench.png $OUT/ 2>/dev/null
+echo "bench $(( $(date +%s)-T0 )) s"
+if [ "${SKIP_EXP:-0}" != 1 ]; then
+  BENCH_BUILD=$(ls -d /tmp/bb* | head -1) timeout 240 bash bench/experiments/run.sh $OUT > /tmp/experiments.log 2>&1
+  grep -E 'exit|no build' /tmp/experiments.log
+fi
+echo "experiments $(( $(date +%s)-T0 )) s"
