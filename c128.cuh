@@ -63,11 +63,13 @@
      c128_check_*_plans reports the first bad plan of a batch built elsewhere.
 
    KERNELS
-     Decode: ceil(batch / G) x head_dim/64 blocks of 512 threads; a block takes G requests of one
-     64-channel split (args.requests_per_block, or c128_decode_group_size() when 0), writes their
-     new rows with one warp each and compresses their boundary windows one after another.
-     Prefill: a compress launch (num_compress x head_dim/64 blocks of 512) then a write launch
-     (one warp per 128 elements of a written row), on one stream.
+     Decode: ceil(batch / G) x head_dim/64 blocks of 512 threads; a block takes G <= 32 requests
+     of one 64-channel split (args.requests_per_block, or c128_decode_group_size() when 0),
+     persists their new rows (a warp per request, no barrier) and compresses their boundary
+     windows one after another, one barrier a window.
+     Prefill: a compress launch (ceil(num_compress / G) x head_dim/64 blocks of 512, G <= 32
+     windows a block: args.windows_per_block or c128_prefill_group_size()) then a write launch
+     (a warp per written row, 4 warps a block), on one stream. Results never depend on G.
 
    ERRORS
      Every entry point returns a c128_status; c128_status_string() names it. All arguments are
@@ -101,6 +103,9 @@
      on which outputs are NaN, not on the NaN bit patterns.
 
    REVISION HISTORY
+     0.2.0 (2026-11-29) grouped compress (windows_per_block, c128_prefill_group_size), decode
+                        groups up to 32 without a plan barrier, a branch-free exp, one warp per
+                        written row; C128_MAX_DECODE_GROUP is 32 (was 16).
      0.1.0 (2026-11-29) first release: kernels, host runner with race checker, host and device
                         planners, plan checker, C API.
 
@@ -115,7 +120,7 @@
 #include <cuda_runtime_api.h>
 
 #define C128_VERSION_MAJOR 0
-#define C128_VERSION_MINOR 1
+#define C128_VERSION_MINOR 2
 #define C128_VERSION_PATCH 0
 
 #if defined(C128_STATIC) && !defined(C128_IMPLEMENTATION)

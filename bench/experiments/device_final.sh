@@ -7,6 +7,11 @@ B=/tmp/bt$RANDOM
 meson setup $B -Dgpu_arch=90 -Dwerror=true >/dev/null && meson compile -C $B > /tmp/build.log 2>&1 || { tail -50 /tmp/build.log; exit 1; }
 $B/test/c128_tests --filter='gpu/*' -j4 > /tmp/gpu.log 2>&1; tail -1 /tmp/gpu.log; grep -E 'FAIL|rash' /tmp/gpu.log | head -20
 echo "tests $(( $(date +%s)-T0 )) s"
+if [ "${SAN:-0}" = 1 ]; then
+  LOGDIR=/tmp FILTERS="gpu/decode_groups_agree gpu/h512_f32_f32_f32_* gpu/h512_bf16_f32_f32_* gpu/h128_bf16_bf16_bf16_* gpu/random_plan_bytes* gpu/pdl_*" \
+    timeout 300 bash test/sanitize.sh $B racecheck memcheck 2>&1 | grep -E '^(racecheck|memcheck)'
+  echo "sanitizers $(( $(date +%s)-T0 )) s"
+fi
 R=/tmp/results$RANDOM
 BENCH_COMMIT=$COMMIT BENCH_BUILD=/tmp/bb$RANDOM BENCH_TORCH_BUDGET_S=${BUDGET:-120} bash bench/run.sh $R > /tmp/run.log 2>&1
 grep '^==' /tmp/run.log
