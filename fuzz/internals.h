@@ -65,3 +65,12 @@ static void fz_set_group(c128_decode_args *a, int32_t g) { a->requests_per_block
 static int32_t fz_host_group(const c128_decode_args *a) { return (void)a, 1; }
 static void fz_set_group(c128_decode_args *a, int32_t g) { (void)a, (void)g; }
 #endif
+
+/* Compress windows per block (0 = automatic), where the library has them. */
+#ifdef C128_MAX_PREFILL_GROUP
+#define FZ_MAX_PREFILL_GROUP C128_MAX_PREFILL_GROUP
+static void fz_set_prefill_group(c128_prefill_args *a, int32_t g) { a->windows_per_block = g; }
+#else
+#define FZ_MAX_PREFILL_GROUP 1
+static void fz_set_prefill_group(c128_prefill_args *a, int32_t g) { (void)a, (void)g; }
+#endif

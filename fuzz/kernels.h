@@ -343,10 +343,17 @@ static void fz_mode_prefill(fz_reader *r) {
   c128_write_plan *wp = (c128_write_plan *)fz_alloc((size_t)NW * sizeof *wp);
   for (int64_t k = 0; k < NC; ++k) cp[k] = rd_compress_plan(r, N, span);
   for (int64_t k = 0; k < NW; ++k) wp[k] = rd_write_plan(r, N, span);
+  /* windows_per_block: mostly automatic, else 1..max, now and then out of range */
+  const int wsel = rd_u8(r);
+  const int32_t wgroup = wsel < 128    ? 0
+                         : wsel < 248  ? 1 + wsel % FZ_MAX_PREFILL_GROUP
+                         : wsel == 248 ? -1
+                                       : FZ_MAX_PREFILL_GROUP + 1 + wsel % 4;
+  const int wgroup_valid = wgroup >= 0 && wgroup <= FZ_MAX_PREFILL_GROUP;
   fz_set_context("mode 1 (prefill kernels) %s pages %lld input_rows %lld compress %lld write %lld output_rows %lld "
-                 "layout {%d, %d, %d} corruption %d flags 0x%02x style %d",
+                 "layout {%d, %d, %d} corruption %d flags 0x%02x style %d windows_per_block %d",
                  I->name, (long long)P, (long long)N, (long long)NC, (long long)NW, (long long)O, lay.rank, lay.size,
-                 lay.pages_per_rank, corrupt, flags, style);
+                 lay.pages_per_rank, corrupt, flags, style, wgroup);
 
   const size_t state_bytes = (size_t)P * 128 * 2 * D * fz_es(I->buf);
   const size_t out_bytes = (size_t)O * D * fz_es(I->out);
@@ -366,6 +373,7 @@ static void fz_mode_prefill(fz_reader *r) {
   a.output = output, a.output_rows = O;
   a.compress_plans = cp, a.num_compress = NC, a.write_plans = wp, a.num_write = NW;
   a.layout = lay;
+  fz_set_prefill_group(&a, wgroup);
   const c128_prefill_args clean = a;
   const int typed = (flags >> 5) & 1;
   fz_corrupt_prefill(&a, corrupt);
@@ -391,6 +399,7 @@ static void fz_mode_prefill(fz_reader *r) {
     e.always |= FZ_BIT(C128_ERROR_NEGATIVE_SIZE);
   if (a.input_rows > 65536) e.always |= FZ_BIT(C128_ERROR_TOO_MANY_ROWS);
   if (a.num_compress > 65536 || a.num_write > 65536) e.always |= FZ_BIT(C128_ERROR_TOO_MANY_PLANS);
+  if (FZ_MAX_PREFILL_GROUP > 1 && !wgroup_valid) e.always |= FZ_BIT(C128_ERROR_INVALID_GROUP);
   if (a.output_rows < a.num_compress) e.work |= FZ_BIT(C128_ERROR_OUTPUT_TOO_SMALL);
   if ((a.num_compress > 0 && !a.compress_plans) || (a.num_write > 0 && !a.write_plans))
     e.work |= FZ_BIT(C128_ERROR_NULL_POINTER);
@@ -425,6 +434,21 @@ static void fz_mode_prefill(fz_reader *r) {
       snprintf(what, sizeof what, "compress plan %lld", (long long)row);
       fz_check_output(I, output, row, ape, 1, style == 2, what);
     }
+  }
+
+  const int32_t wgroup2 = 1 + rd_below(r, FZ_MAX_PREFILL_GROUP);
+  if (!rejected && !conflict && FZ_MAX_PREFILL_GROUP > 1 && wgroup2 != wgroup) {
+    /* Results do not depend on how compress plans are grouped into blocks. */
+    void *state2 = fz_clone(state0, state_bytes), *output2 = fz_clone(output0, out_bytes);
+    c128_prefill_args a2 = clean;
+    a2.state = state2, a2.output = output2;
+    fz_set_prefill_group(&a2, wgroup2);
+    c128_host_options o2 = {opt.o.check_races, !opt.o.reverse_blocks, NULL, 0};
+    const c128_status st2 = I->prefill_host(&a2, &o2);
+    FZ_CHECK(2, st2 == C128_SUCCESS, "windows_per_block %d: %s", wgroup2, c128_status_string(st2));
+    FZ_CHECK(2, memcmp(state2, state, state_bytes) == 0 && memcmp(output2, output, out_bytes) == 0,
+             "windows_per_block %d changes the result of windows_per_block %d", wgroup2, wgroup);
+    free(state2), free(output2);
   }
 
   if (valid_layout) { /* the library's own reason codes agree with the model */
@@ -570,7 +594,10 @@ static void fz_mode_decode(fz_reader *r) {
   if (FZ_AVOID_KNOWN_BUG_3 && style == 2) style = 0;
   /* requests_per_block: mostly automatic, else 1..max, now and then out of range */
   const int gsel = rd_u8(r);
-  const int32_t group = gsel < 128 ? 0 : gsel < 248 ? 1 + gsel % 16 : gsel == 248 ? -1 : 17 + gsel % 4;
+  const int32_t group = gsel < 128    ? 0
+                        : gsel < 248  ? 1 + gsel % FZ_MAX_GROUP
+                        : gsel == 248 ? -1
+                                      : FZ_MAX_GROUP + 1 + gsel % 4;
   const int64_t span = fz_page_span(P, lay);
   c128_decode_plan *plans = (c128_decode_plan *)fz_alloc((size_t)B * sizeof *plans);
   for (int64_t b = 0; b < B; ++b) plans[b] = rd_decode_plan(r, span);
@@ -615,23 +642,19 @@ static void fz_mode_decode(fz_reader *r) {
     }
   }
   /* A boundary window whose rows another plan of the launch writes: its value depends on the
-     order. A block takes G consecutive requests (one split): warp i writes request i's row in
-     the phase that also reads the group's first boundary window, later windows come after a
-     barrier. So the write races with the read when the two requests are in different blocks,
-     or when the window is its block's first and another thread reads the row (window row j is
-     read by warp j / 8); after a barrier, or by the writing thread itself, it is ordered. */
+     order. A block takes G consecutive requests (one split) and persists their rows before the
+     barrier that publishes its list of windows, so every window of the block reads them after a
+     barrier: the write races with the read only when the two requests are in different blocks. */
   int *window_written = (int *)fz_alloc((size_t)B * sizeof(int) + 1);
   int any_written = 0;
   for (int64_t b = 0; valid_layout && b < B; ++b) {
     window_written[b] = 0;
     if (md[b].reason != M_RUN || !md[b].boundary) continue;
-    int64_t first = b / G * G;
-    while (md[first].reason != M_RUN || !md[first].boundary) ++first;
     for (int j = 0; j < npairs; ++j) {
       const int64_t row = pairs[j].dst - md[b].read_row0, a_ = pairs[j].src;
       if (row < 0 || row >= 127) continue;
       window_written[b] = any_written = 1;
-      conflict |= a_ / G != b / G || (first == b && a_ % G != row / 8);
+      conflict |= a_ / G != b / G;
     }
   }
 
