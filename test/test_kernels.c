@@ -37,6 +37,27 @@ static void oracle(const c128_instance_info *f, const void *state, int64_t page,
   ref_window(D, rows, ape, ref);
 }
 
+/* A decode batch of `batch` requests whose output rows are 0 .. batch - 1. */
+static c128_decode_args decode_args(const c128_instance_info *f, void *state, int64_t pages, const void *input,
+                                    const float *ape, void *out, const c128_decode_plan *plans, int64_t batch,
+                                    int32_t group) {
+  c128_decode_args a = {0};
+  a.head_dim = f->head_dim;
+  a.state_dtype = f->state_dtype;
+  a.input_dtype = f->input_dtype;
+  a.output_dtype = f->output_dtype;
+  a.state = state;
+  a.state_pages = pages;
+  a.input = input;
+  a.ape = ape;
+  a.output = out;
+  a.output_rows = batch;
+  a.plans = plans;
+  a.batch = batch;
+  a.requests_per_block = group;
+  return a;
+}
+
 /* group: requests per decode block (0 = automatic); B = 6 makes full, partial and oversize groups */
 static void decode_case(const instance_entry *e, backend be, float score_scale, int reverse, int group) {
   require_backend(be);
@@ -59,20 +80,7 @@ static void decode_case(const instance_entry *e, backend be, float score_scale, 
                                                        {129, 5 * 128, 5, 5},       {384, 4 * 128 + 127, 4, 4}};
   void *state0 = clone_bytes(state, state_rows * z.state_row), *out0 = clone_bytes(out, DECODE_BATCH * z.out_row);
 
-  c128_decode_args a = {0};
-  a.head_dim = D;
-  a.state_dtype = f->state_dtype;
-  a.input_dtype = f->input_dtype;
-  a.output_dtype = f->output_dtype;
-  a.state = state;
-  a.state_pages = DECODE_PAGES;
-  a.input = input;
-  a.ape = ape;
-  a.output = out;
-  a.output_rows = DECODE_BATCH;
-  a.plans = plans;
-  a.batch = DECODE_BATCH;
-  a.requests_per_block = group;
+  c128_decode_args a = decode_args(f, state, DECODE_PAGES, input, ape, out, plans, DECODE_BATCH, group);
   const c128_status st = run_decode(e, be, &a, reverse);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
 
@@ -261,20 +269,7 @@ static void decode_groups_agree(const instance_entry *e, backend be) {
   void *out = malloc(WIDE_BATCH * z.out_row);
   poison(out, WIDE_BATCH * z.out_row);
   void *state0 = clone_bytes(state, state_rows * z.state_row), *out0 = clone_bytes(out, WIDE_BATCH * z.out_row);
-  c128_decode_args a = {0};
-  a.head_dim = D;
-  a.state_dtype = f->state_dtype;
-  a.input_dtype = f->input_dtype;
-  a.output_dtype = f->output_dtype;
-  a.state_pages = WIDE_BATCH;
-  a.input = input;
-  a.ape = ape;
-  a.output_rows = WIDE_BATCH;
-  a.plans = plans;
-  a.batch = WIDE_BATCH;
-  a.state = state;
-  a.output = out;
-  a.requests_per_block = 1;
+  c128_decode_args a = decode_args(f, state, WIDE_BATCH, input, ape, out, plans, WIDE_BATCH, 1);
   cr_assert_eq(run_decode(e, BACKEND_CPU, &a, 0), C128_SUCCESS);
   static const int32_t groups[] = {0, 2, 16, 17, 31, 32};
   for (size_t g = 0; g < sizeof groups / sizeof groups[0]; ++g) {
