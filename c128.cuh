@@ -65,8 +65,9 @@
    KERNELS
      Decode: ceil(batch / G) x head_dim/64 blocks of 512 threads; a block takes G <= 32 requests
      of one 64-channel split (args.requests_per_block, or c128_decode_group_size() when 0),
-     persists their new rows (a warp per request, no barrier) and compresses their boundary
-     windows one after another, one barrier a window.
+     persists their new rows (a warp per request; a step with no boundary in the block takes no
+     barrier at all) and compresses their boundary windows one after another, one barrier a
+     window.
      Prefill: a compress launch (ceil(num_compress / G) x head_dim/64 blocks of 512, G <= 32
      windows a block: args.windows_per_block or c128_prefill_group_size()) then a write launch
      (a warp per written row, 4 warps a block), on one stream. Results never depend on G.
@@ -1106,8 +1107,9 @@ C128__FN int c128__popcount(uint32_t mask) {
 
 /* Decode: warp w persists the new token of requests first + w and first + w + 16 (within the
    group). Their input rows are requested first (row b belongs to plan b), before anything waits
-   on a plan, so that the input and plan loads overlap; the stores follow the plans. The windows
-   never read these rows, so no barrier separates the two. */
+   on a plan, so that the input and plan loads overlap; the stores follow the plans. Valid plans'
+   windows never read these rows; the barrier that publishes the window list orders the two
+   within a block anyway. */
 #define C128__WRITES_PER_WARP 2
 C128__STATIC_ASSERT(C128_MAX_DECODE_GROUP <= C128__WRITES_PER_WARP * C128_NUM_WARPS, "rows a decode warp persists");
 typedef struct c128__decode_rows {
