@@ -675,10 +675,10 @@ static void c128__track(c128__checker *checker, const void *addr, int count, int
 C128__FN int c128__elem_size(int dtype) { return dtype == C128_BF16 ? 2 : 4; }
 
 /* Two consecutive elements at base[i] (i even), widened to f32. f32 window and input rows are read
-   once (`stream`: evict first), so that ape, which every window re-reads, stays in L1; measured
-   the other way round for bf16 rows (their 4-byte loads ran 9 % faster in bf16-state decode
-   without the hint). ape through the non-coherent path (__ldg) lets the compiler hoist its
-   loads, which spills. */
+   once (`stream`: evict first), so that ape, which every window re-reads, stays in L1. bf16 rows
+   go without the hint: bf16-state decode measured from even to 9 % faster without it
+   (BENCHMARKS.md, rounds 3 and 4). ape through the non-coherent path (__ldg) lets the compiler
+   hoist its loads, which spills. */
 C128__FN float2 c128__load2(const c128__params *p, const void *base, int64_t i, int dtype, int stream) {
   float2 v;
   uint32_t raw[2];
