@@ -9,9 +9,10 @@ set -u
 cd "$(dirname "$0")/../.."
 out=${1:-bench-results}
 mkdir -p "$out"
-obj=${BENCH_BUILD:-/tmp/c128-bench-build}/bench/c128_bench.p
+build=${BENCH_BUILD:-/tmp/c128-bench-build}
+obj=$build/bench/c128_bench.p
 flags="-gencode arch=compute_${BENCH_ARCH:-90},code=sm_${BENCH_ARCH:-90} -std=c++17 -O3 -Xcompiler=-ffp-contract=off"
-variants=${BENCH_VARIANTS:-bf16cs halfgroup}
+variants=${BENCH_VARIANTS:-hwexp shfl bf16cs halfgroup}
 for v in $variants; do # build every variant at once, then time them one by one
   d=/tmp/c128-experiment-${v//,/_}
   mkdir -p "$d"
@@ -19,7 +20,8 @@ for v in $variants; do # build every variant at once, then time them one by one
   printf '#define C128_EPILOGUE C128_EPILOGUE_TWO_WARP\n#define BENCH_PREFIX bench_legacy\n#include "bench_copy.cuh"\n' \
     >"$d/patched.cu"
   (nvcc -I"$d" -Ibench -I. $flags -c "$d/patched.cu" -o "$d/patched.o" &&
-    nvcc $flags -o "$d/bench" "$obj/bench.c.o" "$obj/bench_kernels.cu.o" "$obj/bench_two_warp.cu.o" "$d/patched.o" -lm) &
+    nvcc $flags -o "$d/bench" "$obj/bench.c.o" "$obj/bench_kernels.cu.o" \
+      "$build/bench/libbench_two_warp.a.p/bench_two_warp.cu.o" "$d/patched.o" -lm) &
 done
 wait
 for v in $variants; do
