@@ -1501,8 +1501,7 @@ static c128__params c128__prefill_params(const c128_prefill_args *a, int compres
   return p;
 }
 
-static int64_t c128__write_blocks(int64_t num_write, c128__trait t) {
-  (void)t;
+static int64_t c128__write_blocks(int64_t num_write) { /* a warp per write plan */
   return (num_write + C128_WRITE_WARPS - 1) / C128_WRITE_WARPS;
 }
 
@@ -1601,8 +1600,7 @@ static c128_status c128__prefill_gpu(const c128_prefill_args *a, c128__trait t, 
                       a->pdl, stream, &compress);
   }
   if (st == C128_SUCCESS && a->num_write > 0)
-    st = c128__launch(write_kernel, c128__write_blocks(a->num_write, t), C128_WRITE_BLOCK_THREADS, a->pdl, stream,
-                      &write);
+    st = c128__launch(write_kernel, c128__write_blocks(a->num_write), C128_WRITE_BLOCK_THREADS, a->pdl, stream, &write);
   return st;
 }
 
@@ -1613,7 +1611,7 @@ static c128_status c128__prefill_cpu(const c128_prefill_args *a, c128__trait t, 
   if (st == C128_SUCCESS && a->num_compress > 0)
     st = c128__run_host(compress, t, C128__KIND_COMPRESS, c128__grouped_blocks(a->num_compress, t, compress.group), o);
   if (st == C128_SUCCESS && a->num_write > 0)
-    st = c128__run_host(c128__prefill_params(a, 0), t, C128__KIND_WRITE, c128__write_blocks(a->num_write, t), o);
+    st = c128__run_host(c128__prefill_params(a, 0), t, C128__KIND_WRITE, c128__write_blocks(a->num_write), o);
   return st;
 }
 
