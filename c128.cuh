@@ -1374,7 +1374,6 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
   c128__block_shared sh; /* the block's shared memory */
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t block = o && o->reverse_blocks ? blocks - 1 - i : i;
-    memset(&sh, 0xFF, sizeof sh); /* NaN: a fold that reads an unwritten partial shows it */
     checker.block = (int32_t)block;
     checker.phase = 0;
     if (kind == C128__KIND_WRITE) {
@@ -1386,6 +1385,7 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
     }
     /* Phases between barriers: list [+ decode writes] | window 0's partials | fold 0 +
        partials 1 | ... The list is block-uniform: one pass stands for every warp's. */
+    memset(&sh, 0xFF, sizeof sh); /* NaN: a fold that reads an unwritten partial shows it */
     const int decode = kind == C128__KIND_DECODE;
     const c128__jobs j = c128__block_jobs(&p, t, block);
     const int count = c128__popcount(c128__list_windows(&p, t, decode, &j, 0, &sh));
