@@ -1,9 +1,11 @@
-/* c128.cuh - v0.1.0 - DeepSeek-V4 c128 KV compression in one CUDA C header.
+/* c128.cuh - v0.3.0 - DeepSeek-V4 c128 KV compression in one CUDA C header.
+   SPDX-License-Identifier: MIT
 
    Turns every 128 tokens of a request into one softmax-pooled KV vector (per-channel softmax
    over the window's scores plus a learned position bias), with the compression-state buffer,
-   the plans and the planner that drive it: decode, chunked prefill/extend, speculative verify,
-   paged and legacy state, context-parallel sharded state.
+   the plans and the planners that drive it: decode, chunked prefill/extend, speculative verify,
+   paged and legacy state, context-parallel sharded state. docs/DESIGN.md says exactly what is
+   computed; "DESIGN n" below cites its sections.
 
    DO THIS
      In exactly one .cu file of your project:
@@ -11,99 +13,137 @@
          #include "c128.cuh"
      Everywhere else (C11, C++ or CUDA) include "c128.cuh" for the declarations only, and link
      cudart (plus libstdc++ when the program's main is plain C):
-         nvcc -O3 -gencode arch=compute_90,code=sm_90 -c c128_impl.cu
+         nvcc -O3 -gencode arch=compute_90,code=sm_90 -Xcompiler=-ffp-contract=off -c c128_impl.cu
          gcc -std=c11 -I/usr/local/cuda/include app.c c128_impl.o \
              -L/usr/local/cuda/lib64 -lcudart -lstdc++ -lm
+     (-ffp-contract=off keeps the host compiler from fusing a*b+c, which the host runner's
+     bit-identity with the GPU needs; aarch64 hosts such as GH200 fuse by default.)
      A program of one translation unit may instead
          #define C128_STATIC
      which compiles everything as static functions (no exported symbols).
 
-   CONFIGURATION (define before the include that has the implementation)
-     C128_INSTANCES(X)   the instance table; predefine it to compile only the rows you need
-     C128_EPILOGUE       C128_EPILOGUE_TWO_WARP (default) or C128_EPILOGUE_LEGACY
-     C128_STATIC         static functions, implies the implementation in this file
-     C128_IMPLEMENTATION the implementation goes in this translation unit
+   QUICK START (an excerpt of examples/quickstart.c, one decode step; CI checks that it is one)
+         c128_decode_args d = {0};
+         d.head_dim = HEAD_DIM;
+         d.state_dtype = C128_F32, d.input_dtype = C128_F32, d.output_dtype = C128_F32;
+         d.state = state, d.state_pages = pages;
+         d.input = input, d.batch = NUM_REQ;
+         d.ape = ape;
+         d.output = output, d.output_rows = NUM_REQ;
+         d.plans = plans;
+         CHECK(use_gpu ? c128_decode(&d, stream) : c128_decode_host(&d, NULL));
 
-   QUICK START (an excerpt of examples/quickstart.c: plan one prefill batch, then run it)
-         c128_ring ring = {0};
-         ring.state_pages = pages;
-         ...
-         c128_prefill_plans plans = {0};
-         plans.compress = compress, plans.write = write, plans.capacity = rows;
-         CHECK(c128_plan_prefill(&ring, req, NUM_REQ, 0, &plans));
-
-         c128_prefill_args a = {0};
-         a.head_dim = HEAD_DIM;
-         a.state_dtype = C128_F32, a.input_dtype = C128_F32, a.output_dtype = C128_F32;
-         a.state = use_gpu ? dev.state : state;
-         a.state_pages = pages;
-         a.input = upload(dev.input, input, (size_t)rows * ROW * sizeof(float));
-         a.input_rows = rows;
-         a.ape = upload(dev.ape, ape, sizeof ape);
-         a.output = use_gpu ? dev.output : output;
-         a.output_rows = plans.capacity;
-         a.compress_plans = upload(dev.plans_a, compress, (size_t)plans.num_compress * sizeof *compress);
-         a.num_compress = plans.num_compress;
-         a.write_plans = upload(dev.plans_b, write, (size_t)plans.num_write * sizeof *write);
-         a.num_write = plans.num_write;
-         CHECK(use_gpu ? c128_prefill(&a, 0) : c128_prefill_host(&a, NULL));
+   CONFIGURATION
+     Each macro, its default, and the translation units that must define it alike:
+     C128_IMPLEMENTATION  undefined    the one .cu file that holds the implementation
+     C128_STATIC          undefined    a one-TU program: everything static; implies the above
+     C128_INSTANCES(X)    24 rows      every TU: the instance enum and count come from it, so all
+                                       TUs of a program must see the same table (define it in a
+                                       header of yours, or on the command line). Rows: C128_ROW.
+     C128_MATH            FAST         the implementation's TU: C128_MATH_FAST (the GPU's exp2
+                                       unit; within the bound of NUMERICS of the host runner) or
+                                       C128_MATH_EXACT (the library's exp everywhere: the GPU
+                                       reproduces the host runner bit for bit)
+     C128_EPILOGUE        TWO_WARP     the implementation's TU: C128_EPILOGUE_TWO_WARP or
+                                       C128_EPILOGUE_LEGACY (block-wide butterflies, DESIGN 6.1)
+     C128_API             extern       every TU: the storage class of public functions (extern
+                                       "C" in C++, static inline with C128_STATIC); override it
+                                       to add attributes, e.g. visibility for a shared library
+     An enumerated macro with any other value is an #error.
 
    INSTANCES
-     Name h<head_dim>_<state>_<input>_<output>: the default table has every head_dim in
-     {128, 256, 512} x state {f32, bf16} x input {f32, bf16} x output {f32, bf16}, 24 in all.
-     c128_instance_count() / c128_instance_name(i) list what was compiled; the generic entry
-     points (c128_decode, c128_prefill, ...) dispatch on (head_dim, dtypes) from their argument
-     struct; the typed ones (c128_decode_h512_f32_f32_f32, ...) check that the struct agrees.
+     Name h<head_dim>_<state>_<input>_<output>. The default table has every head_dim in
+     {128, 256, 512} x state {f32, bf16} x input {f32, bf16} x output {f32, bf16}. To compile
+     only what you need:
+         #define C128_INSTANCES(X) C128_ROW(X, 512, f32, f32, f32) C128_ROW(X, 512, bf16, f32, f32)
+     C128_ROW builds the name from the other columns, so a row cannot misname itself.
+     c128_instance_count() / c128_instance_info_get(i) list what was compiled (name NULL and
+     C128_ERROR_UNSUPPORTED_INSTANCE out of range); the generic entry points (c128_decode, ...)
+     dispatch on (head_dim, dtypes); the typed ones (c128_decode_h512_f32_f32_f32, ...) check
+     that the struct agrees. The storage dtypes come from one table, C128_DTYPES.
 
    PLANS
      c128_plan_prefill / c128_plan_decode turn (pool index, seq_len, extend_len) per request
      into plans for the legacy layout, a request ring (R = 128, 256, ...) or a page table, with
-     or without speculative decoding; a verify batch with more drafts than the ring can persist
-     is refused. c128_plan_*_device compute the same bytes on the GPU for CUDA graphs.
-     c128_check_*_plans reports the first bad plan of a batch built elsewhere.
+     or without speculative decoding (DESIGN 5). A verify batch may carry at most R - 126 drafts
+     per request on a speculative ring (130 for R = 256) and 1 otherwise. Every page a request's
+     plans name must be allocated, read_page_0 included (consumers use it). A request
+     {any, 0, 0} is absent (pads a fixed-size batch). c128_plan_*_device compute the same bytes
+     and the same status on the GPU for CUDA graphs. c128_check_*_plans reports the first bad
+     plan of a batch built elsewhere.
 
-   KERNELS
+   KERNELS (DESIGN 6)
      Decode: ceil(batch / G) x head_dim/64 blocks of 512 threads; a block takes G <= 32 requests
      of one 64-channel split (args.requests_per_block, or c128_decode_group_size() when 0),
-     persists their new rows (a warp per request; a step with no boundary in the block takes no
-     barrier at all) and compresses their boundary windows one after another, one barrier a
-     window.
+     persists their new rows and compresses their boundary windows one after another.
      Prefill: a compress launch (ceil(num_compress / G) x head_dim/64 blocks of 512, G <= 32
      windows a block: args.windows_per_block or c128_prefill_group_size()) then a write launch
      (a warp per written row, 4 warps a block), on one stream. Results never depend on G.
 
    ERRORS
      Every entry point returns a c128_status; c128_status_string() names it. All arguments are
-     checked on the host before anything is launched; a failed check launches and writes nothing.
+     checked on the host before anything is launched; a refused call launches and writes
+     nothing (the device planners also write the refusal to *status, see their declaration).
      Plan contents live on the device and are checked there: a plan that names pages, rows or
      outputs outside the buffers is skipped, so no plan bytes can make a kernel touch memory
-     outside the state, input, output and plan arrays.
+     outside the state, input, output and plan arrays. The plan checkers accept exactly the
+     arguments the launches accept.
+
+   BUFFERS
+     Contiguous, row-major. Alignment: state and input at two elements of their dtype (a pair is
+     one vector access), ape at 8 bytes, output at one element, each plan array at its plan's
+     size (16 or 8 bytes), the device planner's workspace and counts at 8 bytes.
+
+   ALIASING
+     Tensors a kernel writes (state, output) overlap nothing else of the call; read-only ones
+     (input, ape, plans) may overlap each other. A planner's request array and page table
+     overlap none of its plan arrays, nor do the plan arrays overlap each other. Overlaps are
+     refused with C128_ERROR_ALIASED (the launches compare the extents their sizes give).
+
+   ALLOCATION
+     Launches and the device planners allocate nothing. The host planners take host scratch
+     (a copy of the requests and a table of the pages the batch writes: a few KiB on the stack,
+     malloc beyond), the plan checkers 16 bytes per plan, the host runner's race checker a
+     shadow of what it touches (capped by c128_host_options.checker_limit_bytes); each returns
+     C128_ERROR_OUT_OF_MEMORY when it cannot have them.
 
    PDL, STREAMS, GRAPHS, THREADS
-     Launches allocate nothing, synchronise nothing and keep no global state: every launch is
-     ordered on the caller's stream and can be captured in a CUDA graph. Any host thread may
-     call any entry point at any time; calls on different streams are independent as long as
-     they write no common state pages or output rows (reading shared ape or input is fine).
-     Within a stream, a decode or prefill reads the state its predecessors wrote. With
-     args.pdl != 0 the kernels are launched with programmatic stream serialisation: each one
-     waits (griddepcontrol.wait) before it reads plans, input or state and before its first
-     state write, so it may start while its predecessor drains. A kernel you launch after ours
-     with PDL must itself execute griddepcontrol.wait (cudaGridDependencySynchronize) before it
-     reads our outputs, as PDL requires of every dependent.
-     Context-parallel state: pages of different live requests must be distinct; the planner
-     cannot check that.
+     Launches synchronise nothing and keep no global state: every launch is ordered on the
+     caller's stream and can be captured in a CUDA graph. Any host thread may call any entry
+     point at any time; calls on different streams are independent as long as they write no
+     common state pages or output rows. Within a stream, a decode or prefill reads the state its
+     predecessors wrote. With args.pdl != 0 the kernels are launched with programmatic stream
+     serialisation: each one waits (griddepcontrol.wait) before it reads plans, input or state
+     and before its first write, so it may start while its predecessor drains (DESIGN 6.4). A
+     kernel you launch after ours with PDL must itself execute griddepcontrol.wait
+     (cudaGridDependencySynchronize) before it reads our outputs, as PDL requires of every
+     dependent. Context-parallel state: pages of different live requests must be distinct; the
+     planners refuse a batch in which two requests write one page (C128_ERROR_PAGE_SHARED).
 
-   NUMERICS
-     All arithmetic after loading is fp32. The host runner executes the same per-thread code as
-     the GPU, with explicit fma/round-to-nearest operations and a shared exp, so host and device
-     results are bit-identical unless the device code is built with --use_fast_math / -ftz=true
-     or the host code with FMA contraction (-ffp-contract=fast with an FMA-capable -march).
-     Non-finite input: a score of -inf gives its row weight 0; a channel whose 128 scores are all
-     -inf, or that holds +inf or NaN, produces NaN; kv values propagate by IEEE rules (an
-     infinite kv gives +-inf, or NaN where its weight underflows to 0). Host and device agree
-     on which outputs are NaN, not on the NaN bit patterns.
+   NUMERICS (DESIGN 8)
+     All arithmetic after loading is fp32, with explicit round-to-nearest operations and a fixed
+     fold order, so decode and prefill give the same bits for the same window, and every build
+     is deterministic run to run (PDL, graphs, group sizes and block order change nothing).
+     The host runner always uses the library's exp (within 1.05 ulp). C128_MATH_EXACT puts the
+     same exp on the GPU: GPU and host runner agree bit for bit. C128_MATH_FAST (the default)
+     uses the GPU's exp2 unit (ex2.approx.ftz, within 2 ulp): an output element then differs
+     from the host runner's by at most C128_FAST_BOUND * (1 + max |kv| of its window and
+     channel), plus one rounding step of a bf16 output. Non-finite input: a score of -inf gives
+     its row weight 0; a channel whose 128 scores are all -inf, or that holds +inf or NaN,
+     produces NaN; kv values propagate by IEEE rules. Builds agree on which outputs are NaN,
+     not on NaN bit patterns.
+
+   MAP (grep the anchors)
+     declarations: >>config >>dtypes >>instances >>status >>plans >>api >>checker-api
+                   >>planner-api
+     implementation: >>numerics >>memory >>rules >>compress >>block >>decode >>write >>kernels
+                   >>runner >>launch >>dispatch >>checker >>planners
 
    REVISION HISTORY
+     0.3.0 (2026-12-01) hardware exp2 by default (C128_MATH_EXACT keeps bit-identity), the block
+                        program written once as steps, prefetch before the PDL wait, one dtype
+                        table and C128_ROW, hardened host side: aliasing and shared-page
+                        refusals, checker = launch, planners read each request once.
      0.2.0 (2026-11-29) grouped compress (windows_per_block, c128_prefill_group_size), decode
                         groups up to 32 without a plan barrier, a branch-free exp, one warp per
                         written row; C128_MAX_DECODE_GROUP is 32 (was 16).
@@ -121,18 +161,44 @@
 #include <cuda_runtime_api.h>
 
 #define C128_VERSION_MAJOR 0
-#define C128_VERSION_MINOR 2
+#define C128_VERSION_MINOR 3
 #define C128_VERSION_PATCH 0
+#define C128_VERSION (C128_VERSION_MAJOR * 10000 + C128_VERSION_MINOR * 100 + C128_VERSION_PATCH)
+#define C128__STRING(x) #x
+#define C128__EXPAND_STRING(x) C128__STRING(x)
+#define C128_VERSION_STRING                                                      \
+  C128__EXPAND_STRING(C128_VERSION_MAJOR) "." C128__EXPAND_STRING(C128_VERSION_MINOR) "." \
+      C128__EXPAND_STRING(C128_VERSION_PATCH)
 
 #if defined(C128_STATIC) && !defined(C128_IMPLEMENTATION)
 #define C128_IMPLEMENTATION
 #endif
+#ifndef C128_API
 #if defined(C128_STATIC)
 #define C128_API static inline
 #elif defined(__cplusplus)
 #define C128_API extern "C"
 #else
 #define C128_API extern
+#endif
+#endif
+
+/* Enumerated configuration: values start at 1, so a misspelt value (0 in #if) is an error. */
+#define C128_MATH_FAST 1
+#define C128_MATH_EXACT 2
+#ifndef C128_MATH
+#define C128_MATH C128_MATH_FAST
+#endif
+#if C128_MATH != C128_MATH_FAST && C128_MATH != C128_MATH_EXACT
+#error "c128.cuh: C128_MATH must be C128_MATH_FAST or C128_MATH_EXACT"
+#endif
+#define C128_EPILOGUE_TWO_WARP 1
+#define C128_EPILOGUE_LEGACY 2
+#ifndef C128_EPILOGUE
+#define C128_EPILOGUE C128_EPILOGUE_TWO_WARP
+#endif
+#if C128_EPILOGUE != C128_EPILOGUE_TWO_WARP && C128_EPILOGUE != C128_EPILOGUE_LEGACY
+#error "c128.cuh: C128_EPILOGUE must be C128_EPILOGUE_TWO_WARP or C128_EPILOGUE_LEGACY"
 #endif
 
 /* Block-level constants, the same for every instance (upstream's C128Config). */
@@ -151,6 +217,8 @@
 #define C128_MAX_DECODE_GROUP C128_WARP_THREADS             /* requests per decode block: one ballot lane each */
 #define C128_MAX_PREFILL_GROUP C128_WARP_THREADS            /* compress windows per block */
 #define C128_MAX_HEAD_DIM 65536                             /* keeps every element offset of a row in int */
+/* Largest |GPU - host runner| of a C128_MATH_FAST output, per unit of (1 + max |kv|) (NUMERICS). */
+#define C128_FAST_BOUND 4e-6
 
 /* Per-head_dim constants (upstream's C128Trait), functions of D = head_dim alone. */
 #define C128_NUM_SPLIT(D) ((D) / C128_TILE_DIM) /* blocks per compress event */
@@ -158,49 +226,46 @@
 #define C128_ROW_ELEMS(D) (2 * (D))             /* kv | score */
 #define C128_PAGE_ELEMS(D) (C128_WINDOW * C128_ROW_ELEMS(D))
 
-/* The two epilogues of the compress routine (SPEC 6.1). */
-#define C128_EPILOGUE_TWO_WARP 0
-#define C128_EPILOGUE_LEGACY 1
-#ifndef C128_EPILOGUE
-#define C128_EPILOGUE C128_EPILOGUE_TWO_WARP
-#endif
+/* >>dtypes -------------------------------------------------------------------------------- */
+/* The storage dtypes: X(name, NAME, value, bytes, storage type). The value is cudaDataType_t's
+   (CUDA_R_32F, CUDA_R_16BF); `name` spells the dtype in instance names. Adding one (f16, say)
+   is a row here and its widen/narrow pair in >>numerics; nothing else names a dtype. */
+#define C128_DTYPES(X)            \
+  X(f32, F32, 0, 4, float)        \
+  X(bf16, BF16, 14, 2, uint16_t)
 
-/* The instance table: X(name, head_dim, buf_t, in_t, out_t, buf_dtype, in_dtype, out_dtype).
-   The *_t columns are the storage types of the implementation (c128__bf16 is a bit pattern). */
+/* C128_<NAME> is the public enumerator; C128__DTYPE_<name> lets instance rows name it. The
+   _RANGE_ enumerators make every int32 a value of the type: C callers may pass anything, and the
+   C++ implementation must be able to read it and refuse it. */
+typedef enum c128_dtype {
+#define C128__DTYPE_ENUM(name, NAME, value, bytes, type) C128_##NAME = value, C128__DTYPE_##name = value,
+  C128_DTYPES(C128__DTYPE_ENUM)
+#undef C128__DTYPE_ENUM
+      C128__DTYPE_RANGE_MIN = -2147483647 - 1,
+  C128__DTYPE_RANGE_MAX = 2147483647
+} c128_dtype;
+
+/* >>instances ----------------------------------------------------------------------------- */
+/* One compiled instance: X(name, head_dim, state, input, output), the dtypes by their table
+   name. Write rows with C128_ROW, which derives the name from the other columns. */
+#define C128_ROW(X, D, state, input, output) X(h##D##_##state##_##input##_##output, D, state, input, output)
 #ifndef C128_INSTANCES
-#define C128__INSTANCES_FOR_DIM(X, D)                                                       \
-  X(h##D##_f32_f32_f32, D, float, float, float, C128_F32, C128_F32, C128_F32)               \
-  X(h##D##_f32_f32_bf16, D, float, float, c128__bf16, C128_F32, C128_F32, C128_BF16)        \
-  X(h##D##_f32_bf16_f32, D, float, c128__bf16, float, C128_F32, C128_BF16, C128_F32)        \
-  X(h##D##_f32_bf16_bf16, D, float, c128__bf16, c128__bf16, C128_F32, C128_BF16, C128_BF16) \
-  X(h##D##_bf16_f32_f32, D, c128__bf16, float, float, C128_BF16, C128_F32, C128_F32)        \
-  X(h##D##_bf16_f32_bf16, D, c128__bf16, float, c128__bf16, C128_BF16, C128_F32, C128_BF16) \
-  X(h##D##_bf16_bf16_f32, D, c128__bf16, c128__bf16, float, C128_BF16, C128_BF16, C128_F32) \
-  X(h##D##_bf16_bf16_bf16, D, c128__bf16, c128__bf16, c128__bf16, C128_BF16, C128_BF16, C128_BF16)
-#define C128_INSTANCES(X) \
-  C128__INSTANCES_FOR_DIM(X, 128) C128__INSTANCES_FOR_DIM(X, 256) C128__INSTANCES_FOR_DIM(X, 512)
+#define C128__ROWS_FOR_DIM(X, D)                                                                           \
+  C128_ROW(X, D, f32, f32, f32) C128_ROW(X, D, f32, f32, bf16) C128_ROW(X, D, f32, bf16, f32)             \
+  C128_ROW(X, D, f32, bf16, bf16) C128_ROW(X, D, bf16, f32, f32) C128_ROW(X, D, bf16, f32, bf16)          \
+  C128_ROW(X, D, bf16, bf16, f32) C128_ROW(X, D, bf16, bf16, bf16)
+#define C128_INSTANCES(X) C128__ROWS_FOR_DIM(X, 128) C128__ROWS_FOR_DIM(X, 256) C128__ROWS_FOR_DIM(X, 512)
 #endif
 
 /* Instance ids in table order, and their count. */
-// clang-format off
 typedef enum c128_instance_id {
-#define C128__INSTANCE_ENUM(name, D, bt, it, ot, bd, id, od) C128_INSTANCE_##name,
+#define C128__INSTANCE_ENUM(name, D, state, input, output) C128_INSTANCE_##name,
   C128_INSTANCES(C128__INSTANCE_ENUM)
 #undef C128__INSTANCE_ENUM
   C128_INSTANCE_COUNT
 } c128_instance_id;
-// clang-format on
 
-/* Storage dtypes; the values are cudaDataType_t's (CUDA_R_32F, CUDA_R_16BF). */
-/* The _RANGE_ enumerators make every int32 a value of the type: C callers may pass anything, and
-   the C++ implementation must be able to read it and refuse it. */
-typedef enum c128_dtype {
-  C128_F32 = 0,
-  C128_BF16 = 14,
-  C128__DTYPE_RANGE_MIN = -2147483647 - 1,
-  C128__DTYPE_RANGE_MAX = 2147483647
-} c128_dtype;
-
+/* >>status -------------------------------------------------------------------------------- */
 /* Status codes: explicit values, never renumbered. X(name, value, message). */
 #define C128_STATUS_LIST(X)                                                                       \
   X(C128_SUCCESS, 0, "success")                                                                   \
@@ -215,7 +280,7 @@ typedef enum c128_dtype {
   X(C128_ERROR_STATE_TOO_LARGE, 9, "state_pages overflows 64-bit byte offsets")                   \
   X(C128_ERROR_INVALID_LAYOUT, 10, "shared layout: need size >= 1, 0 <= rank < size, pages >= 0") \
   X(C128_ERROR_LAUNCH_FAILED, 11, "cudaLaunchKernelEx failed")                                    \
-  X(C128_ERROR_OUT_OF_MEMORY, 12, "host allocation for the race checker failed")                  \
+  X(C128_ERROR_OUT_OF_MEMORY, 12, "a host allocation (planner, checker, race checker) failed")    \
   X(C128_ERROR_RACE_DETECTED, 13, "host runner checker found a race between threads or blocks")   \
   X(C128_ERROR_INVALID_RING, 14, "ring_tokens must be a positive multiple of 128")                \
   X(C128_ERROR_EXTEND_EXCEEDS_SEQ, 15, "a request's extend_len exceeds its seq_len")              \
@@ -225,7 +290,9 @@ typedef enum c128_dtype {
   X(C128_ERROR_TOO_MANY_DRAFTS, 19, "verify batch has more drafts than the ring can persist")     \
   X(C128_ERROR_CAPACITY_TOO_SMALL, 20, "plan arrays are smaller than the batch needs")            \
   X(C128_ERROR_INVALID_PLAN, 21, "a plan is invalid (see the checker's message)")                 \
-  X(C128_ERROR_INVALID_GROUP, 22, "requests_per_block or windows_per_block is negative or too large")
+  X(C128_ERROR_INVALID_GROUP, 22, "requests_per_block or windows_per_block is negative or too large") \
+  X(C128_ERROR_ALIASED, 23, "two arguments overlap that must not (see ALIASING)")                 \
+  X(C128_ERROR_PAGE_SHARED, 24, "two requests of one batch would write the same state page")
 
 typedef enum c128_status {
 #define C128__STATUS_ENUM(name, value, message) name = value,
@@ -246,7 +313,8 @@ typedef enum c128_status {
 #endif
 
 /* >>plans --------------------------------------------------------------------------------- */
-/* Byte layouts are ABI, identical to SGLang's c128 plans. Little-endian, packed, align = size. */
+/* Byte layouts are ABI, identical to SGLang's c128 plans (DESIGN 4). Little-endian, packed,
+   align = size. */
 typedef struct c128_decode_plan {
   C128__ALIGNAS(16) uint32_t seq_len; /* length including the new token; 0 = padding row */
   int32_t write_loc;                  /* global state row (128 * page + slot) of the new token; < 0 = padding */
@@ -284,16 +352,27 @@ C128__CHECK_FIELD(c128_write_plan, write_loc, 4)
 C128__STATIC_ASSERT(sizeof(c128_decode_plan) == 16 && C128__ALIGNOF(c128_decode_plan) == 16, "ABI");
 C128__STATIC_ASSERT(sizeof(c128_compress_plan) == 16 && C128__ALIGNOF(c128_compress_plan) == 16, "ABI");
 C128__STATIC_ASSERT(sizeof(c128_write_plan) == 8 && C128__ALIGNOF(c128_write_plan) == 8, "ABI");
-// clang-format off
 C128__STATIC_ASSERT(C128_NUM_WARPS * C128_ROWS_PER_WARP == C128_WINDOW, "warps cover the window");
-// clang-format on
 C128__STATIC_ASSERT(C128_WINDOW <= C128_BLOCK_THREADS, "one thread per window row at most");
 
 #define C128_INVALID_ID 0xFFFFFFFFu
 // clang-format off
 #define C128_INVALID_COMPRESS_PLAN {C128_INVALID_ID, 0, 0, -1, -1}
 #define C128_INVALID_WRITE_PLAN {C128_INVALID_ID, -1}
+#define C128_PADDING_DECODE_PLAN {0, -1, -1, -1}
 // clang-format on
+
+/* The three kinds of plan: X(enumerator, value, name). */
+#define C128_PLAN_KINDS(X)              \
+  X(C128_PLAN_DECODE, 0, "decode")     \
+  X(C128_PLAN_COMPRESS, 1, "compress") \
+  X(C128_PLAN_WRITE, 2, "write")
+typedef enum c128_plan_kind {
+#define C128__PLAN_KIND_ENUM(name, value, text) name = value,
+  C128_PLAN_KINDS(C128__PLAN_KIND_ENUM)
+#undef C128__PLAN_KIND_ENUM
+      C128__PLAN_KIND_RANGE_MAX = 2147483647
+} c128_plan_kind;
 
 /* >>api ----------------------------------------------------------------------------------- */
 /* Context-parallel (owner-sharded) state: logical page p lives on rank p mod size. Zero means
@@ -333,9 +412,9 @@ typedef struct c128_prefill_args {
   void *output;        /* [output_rows, head_dim]: row k <- compress plan k */
   int64_t output_rows; /* >= num_compress */
   const c128_compress_plan *compress_plans;
-  int64_t num_compress; /* launched count, sentinels included */
+  int64_t num_compress; /* launched count, sentinels included; <= 65536 */
   const c128_write_plan *write_plans;
-  int64_t num_write;
+  int64_t num_write; /* <= 65536 */
   c128_shared_layout layout;
   int32_t pdl;
   int32_t windows_per_block; /* compress windows per block, 1..C128_MAX_PREFILL_GROUP; 0 = automatic */
@@ -343,10 +422,11 @@ typedef struct c128_prefill_args {
 
 /* Options of the host (CPU) runner. Zero = forward block order, no race checking. */
 typedef struct c128_host_options {
-  int32_t check_races;    /* record every state/output access; fail on a race (SPEC 7) */
+  int32_t check_races;    /* record every state/output access; fail on a race (DESIGN 7) */
   int32_t reverse_blocks; /* run blocks last to first */
   char *message;          /* optional: what the race checker found */
   size_t message_size;
+  size_t checker_limit_bytes; /* most shadow memory the race checker may take; 0 = no limit */
 } c128_host_options;
 
 typedef struct c128_instance_info {
@@ -356,18 +436,36 @@ typedef struct c128_instance_info {
   int32_t num_split;  /* blocks per compress event */
   int64_t row_elems;  /* elements per state / input row */
   int64_t page_elems; /* elements per state page */
+  /* The instance's typed entry points. */
+  c128_status (*decode)(const c128_decode_args *args, cudaStream_t stream);
+  c128_status (*prefill)(const c128_prefill_args *args, cudaStream_t stream);
+  c128_status (*decode_host)(const c128_decode_args *args, const struct c128_host_options *options);
+  c128_status (*prefill_host)(const c128_prefill_args *args, const struct c128_host_options *options);
 } c128_instance_info;
+
+/* How the implementation was compiled. */
+typedef struct c128_build_info {
+  const char *version; /* C128_VERSION_STRING */
+  int32_t version_number; /* C128_VERSION */
+  int32_t math;           /* C128_MATH_FAST or C128_MATH_EXACT */
+  int32_t epilogue;       /* C128_EPILOGUE_TWO_WARP or C128_EPILOGUE_LEGACY */
+  int32_t instance_count;
+} c128_build_info;
 
 C128_API const char *c128_status_string(c128_status status);
 C128_API int c128_instance_count(void);
-C128_API const char *c128_instance_name(int index);
+C128_API const char *c128_instance_name(int index); /* NULL out of range */
 C128_API c128_status c128_instance_info_get(int index, c128_instance_info *info);
 /* Index of the instance for (head_dim, dtypes), or -1. */
 C128_API int c128_find_instance(int head_dim, c128_dtype state, c128_dtype input, c128_dtype output);
+/* Bytes of one element of the dtype; 0 for a value outside C128_DTYPES. */
+C128_API size_t c128_dtype_size(c128_dtype dtype);
+C128_API c128_status c128_build_info_get(c128_build_info *info);
 
 /* Requests per decode block chosen when args.requests_per_block is 0, for a GPU of sm_count
    multiprocessors: the largest group that costs no more block-windows per SM slot than any
-   other when every request is at a boundary (few blocks when few are: the common step). */
+   other when every request is at a boundary (few blocks when few are: the common step).
+   Defined for every argument (1 for sizes a launch would refuse). */
 C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count);
 /* The same rule for compress windows per block (args.windows_per_block = 0). */
 C128_API int32_t c128_prefill_group_size(int64_t num_compress, int32_t head_dim, int32_t sm_count);
@@ -378,7 +476,7 @@ C128_API c128_status c128_prefill(const c128_prefill_args *args, cudaStream_t st
 C128_API c128_status c128_decode_host(const c128_decode_args *args, const c128_host_options *options);
 C128_API c128_status c128_prefill_host(const c128_prefill_args *args, const c128_host_options *options);
 
-#define C128__DECLARE_TYPED(name, D, bt, it, ot, bd, id, od)                                                    \
+#define C128__DECLARE_TYPED(name, D, state, input, output)                                                     \
   C128_API c128_status c128_decode_##name(const c128_decode_args *args, cudaStream_t stream);                   \
   C128_API c128_status c128_prefill_##name(const c128_prefill_args *args, cudaStream_t stream);                 \
   C128_API c128_status c128_decode_host_##name(const c128_decode_args *args, const c128_host_options *options); \
@@ -390,14 +488,7 @@ C128_INSTANCES(C128__DECLARE_TYPED)
 C128_API uint16_t c128_bf16_from_float(float value);
 C128_API float c128_bf16_to_float(uint16_t bits);
 
-/* >>checker API ----------------------------------------------------------------------------- */
-typedef enum c128_plan_kind {
-  C128_PLAN_DECODE = 0,
-  C128_PLAN_COMPRESS = 1,
-  C128_PLAN_WRITE = 2,
-  C128__PLAN_KIND_RANGE_MAX = 2147483647
-} c128_plan_kind;
-
+/* >>checker-api --------------------------------------------------------------------------- */
 typedef struct c128_plan_report {
   int64_t index;       /* out: the first offending plan, -1 when every plan is fine */
   c128_plan_kind kind; /* out: which array it is in */
@@ -405,19 +496,20 @@ typedef struct c128_plan_report {
   size_t message_size;
 } c128_plan_report;
 
-/* Checks plans held in HOST memory against the sizes in args (tensor pointers are not used and
-   may be NULL). Returns C128_SUCCESS, or C128_ERROR_INVALID_PLAN with the first offending plan
-   in *report, or the status of a bad argument. It reports every condition that makes a kernel
-   skip a plan (padding rows and sentinels excepted), and also: a boundary decode whose write
-   slot is not row 127 of its read page, a compress plan whose seq_len is not a multiple of 128,
-   and two plans of one batch that write the same slot. Uses 16 bytes of host scratch per plan
-   (C128_ERROR_OUT_OF_MEMORY if it cannot have them). */
+/* Checks plans held in HOST memory against the sizes in args. The arguments are checked as the
+   generic launch checks them, tensor pointers excepted (they are not used and may be NULL): a
+   call the launch would refuse gets the launch's status. Then C128_SUCCESS, or
+   C128_ERROR_INVALID_PLAN with the first offending plan (lowest index, compress plans before
+   write plans) in *report. It reports every condition that makes a kernel skip a plan (padding
+   rows and sentinels excepted), and also: a boundary decode whose write slot is not row 127 of
+   its read page, a compress plan whose seq_len is not a multiple of 128, and a plan that writes
+   the slot an earlier plan of the batch writes. Uses 16 bytes of host scratch per plan. */
 C128_API c128_status c128_check_decode_plans(const c128_decode_args *args, c128_plan_report *report);
 C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *args, c128_plan_report *report);
 
-/* >>planner API ----------------------------------------------------------------------------- */
-/* Where a request's tokens live (SPEC 5). Zero-initialised = legacy layout (R = 128, page = pool
-   index), which still needs state_pages. */
+/* >>planner-api --------------------------------------------------------------------------- */
+/* Where a request's tokens live (DESIGN 5). Zero-initialised = legacy layout (R = 128, page =
+   pool index), which still needs state_pages. */
 typedef struct c128_ring {
   int32_t ring_tokens;       /* R: slots per request, a multiple of 128; 0 = 128 */
   int32_t speculative;       /* the engine runs speculative decoding on this ring */
@@ -437,14 +529,15 @@ typedef struct c128_request {
 typedef struct c128_prefill_plans {
   c128_compress_plan *compress;
   c128_write_plan *write;
-  int64_t capacity;        /* entries of each array; input rows always suffice */
+  int64_t capacity;        /* entries of each array, <= 65536; input rows always suffice */
   int32_t pad_to_capacity; /* fill the tails with invalid sentinels */
   int64_t num_compress;    /* out: plans emitted (before padding) */
   int64_t num_write;       /* out */
 } c128_prefill_plans;
 
 /* Prefill / extend / verify batch -> plans in (request, position) order. verify != 0 marks a
-   speculative verify batch (extend_len = drafts, root included). */
+   speculative verify batch (extend_len = drafts, root included). Each request is read once; a
+   refused batch leaves the arrays untouched. */
 C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request *requests, int64_t num_requests,
                                        int32_t verify, c128_prefill_plans *plans);
 /* Decode batch: one plan per request (extend_len ignored; seq_len 0 = padding row). */
@@ -454,9 +547,12 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
 /* The same planners on the device, from device arrays, for CUDA graphs: plans are padded to
    `capacity` with sentinels, and the batch's status and counts are written to device memory, so
    a captured step needs no host round trip. Byte-identical to the host planners with
-   pad_to_capacity; deterministic (closed-form counts per request, one prefix sum, no atomics).
-   A request {any, 0, 0} is absent (pads a fixed-size batch). On a bad batch *status gets the
-   host planner's status, counts are 0 and every plan is a sentinel / padding row. */
+   pad_to_capacity, with the same status; deterministic (closed-form counts per request, one
+   prefix sum, no atomics on the plans). The first kernel copies the requests into the
+   workspace and the second reads only that copy. On a bad batch *status gets the host
+   planner's status, counts are 0 and every plan is a sentinel / padding row. Arguments the host
+   refuses are returned, and also written to *status (counts 0) when status (and counts) are
+   usable device pointers, so that a captured step never reads a stale status. */
 typedef struct c128_device_plan_args {
   c128_ring ring;               /* ring.page_table, if any, in device memory */
   const c128_request *requests; /* device [num_requests] */
@@ -472,6 +568,7 @@ typedef struct c128_device_plan_args {
   int32_t pdl;
 } c128_device_plan_args;
 
+/* Bytes of workspace for num_requests; 0 for a count the planners refuse. */
 C128_API size_t c128_plan_workspace_size(int64_t num_requests);
 C128_API c128_status c128_plan_prefill_device(const c128_device_plan_args *args, cudaStream_t stream);
 C128_API c128_status c128_plan_decode_device(const c128_device_plan_args *args, cudaStream_t stream);
@@ -497,6 +594,7 @@ C128_API c128_status c128_plan_decode_device_host(const c128_device_plan_args *a
 #include <cuda_runtime.h>
 
 #define C128__FN static __host__ __device__ __forceinline__
+#define C128__DEVICE static __device__ __forceinline__
 #define C128__ALL_LANES 0xFFFFFFFFu
 #ifdef __CUDA_ARCH__
 #define C128__UNROLL _Pragma("unroll")
@@ -506,26 +604,32 @@ C128_API c128_status c128_plan_decode_device_host(const c128_device_plan_args *a
 #define C128__NO_UNROLL
 #endif
 #define C128__LAST_ROW (C128_WINDOW - 1)
+#define C128__MAX_GROUP C128_WARP_THREADS
+C128__STATIC_ASSERT(C128_MAX_DECODE_GROUP <= C128__MAX_GROUP && C128_MAX_PREFILL_GROUP <= C128__MAX_GROUP,
+                    "one ballot lane per job of a group");
 
-/* bf16 is stored as its bit pattern; conversions below are the library's own so that host and
-   device round identically. */
-typedef struct c128__bf16 {
-  uint16_t bits;
-} c128__bf16;
-
-/* The instance table's storage types must match the dtype columns. */
-#define C128__CHECK_ROW(name, D, bt, it, ot, bd, id, od)                                         \
+/* Every instance row: a splittable head_dim, and dtypes the table knows. */
+#define C128__CHECK_ROW(name, D, state, input, output)                                           \
   static_assert((D) % C128_TILE_DIM == 0, #name ": head_dim must be a multiple of 64");          \
-  static_assert((D) <= C128_MAX_HEAD_DIM, #name ": head_dim must be at most C128_MAX_HEAD_DIM"); \
+  static_assert((D) > 0 && (D) <= C128_MAX_HEAD_DIM, #name ": head_dim in (0, C128_MAX_HEAD_DIM]"); \
   static_assert(C128_NUM_SPLIT(D) * C128_TILE_DIM == (D), #name ": splits cover head_dim");      \
-  static_assert(C128_PAGE_ELEMS(D) == C128_WINDOW * 2 * (D), #name ": page = 128 rows");         \
-  static_assert(sizeof(bt) == ((bd) == C128_BF16 ? 2 : 4), #name ": state type matches dtype");  \
-  static_assert(sizeof(it) == ((id) == C128_BF16 ? 2 : 4), #name ": input type matches dtype");  \
-  static_assert(sizeof(ot) == ((od) == C128_BF16 ? 2 : 4), #name ": output type matches dtype");
+  static_assert(sizeof(c128__storage_##state) == c128__dtype_bytes(C128__DTYPE_##state), #name); \
+  static_assert(sizeof(c128__storage_##input) == c128__dtype_bytes(C128__DTYPE_##input), #name); \
+  static_assert(sizeof(c128__storage_##output) == c128__dtype_bytes(C128__DTYPE_##output), #name);
+
+/* >>numerics ------------------------------------------------------------------------------ */
+/* Storage types and element sizes, from the dtype table. */
+#define C128__STORAGE_TYPE(name, NAME, value, bytes, type) typedef type c128__storage_##name;
+C128_DTYPES(C128__STORAGE_TYPE)
+#undef C128__STORAGE_TYPE
+static __host__ __device__ constexpr int c128__dtype_bytes(int dtype) {
+#define C128__DTYPE_BYTES(name, NAME, value, bytes, type) dtype == value ? bytes:
+  return C128_DTYPES(C128__DTYPE_BYTES) 0;
+#undef C128__DTYPE_BYTES
+}
 C128_INSTANCES(C128__CHECK_ROW)
 #undef C128__CHECK_ROW
 
-/* >>device: arithmetic shared by host and device ------------------------------------------ */
 /* Explicit round-to-nearest operations: nvcc would otherwise contract a*b+c into an fma on the
    device only, and host and device results would differ in the last bit. */
 C128__FN float c128__add(float a, float b) {
@@ -574,20 +678,42 @@ C128__FN float c128__from_bits(uint32_t u) {
   return f;
 #endif
 }
-C128__FN float c128__bf16_widen(uint32_t bits) { return c128__from_bits(bits << 16); }
-C128__FN uint32_t c128__bf16_round(float f) {
+
+/* Each dtype's widen (storage bits -> f32) and narrow (f32 -> storage bits, round to nearest
+   even, NaN stays a quiet NaN). The library's own, so that host and device round alike. */
+C128__FN float c128__widen_f32(uint32_t bits) { return c128__from_bits(bits); }
+C128__FN uint32_t c128__narrow_f32(float f) { return c128__bits(f); }
+C128__FN float c128__widen_bf16(uint32_t bits) { return c128__from_bits(bits << 16); }
+C128__FN uint32_t c128__narrow_bf16(float f) {
   const uint32_t u = c128__bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x0040u; /* NaN stays a (quiet) NaN */
-  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;                   /* round to nearest even */
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x0040u;
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+/* Dispatch on a dtype; in kernels the dtype is a compile-time constant and the switch folds. */
+C128__FN float c128__widen(int dtype, uint32_t bits) {
+  switch (dtype) {
+#define C128__WIDEN_CASE(name, NAME, value, bytes, type) \
+  case value:                                          \
+    return c128__widen_##name(bits);
+    C128_DTYPES(C128__WIDEN_CASE)
+#undef C128__WIDEN_CASE
+  }
+  return 0.0f;
+}
+C128__FN uint32_t c128__narrow(int dtype, float f) {
+  switch (dtype) {
+#define C128__NARROW_CASE(name, NAME, value, bytes, type) \
+  case value:                                           \
+    return c128__narrow_##name(f);
+    C128_DTYPES(C128__NARROW_CASE)
+#undef C128__NARROW_CASE
+  }
+  return 0u;
 }
 
-/* exp(x) for x <= 0 (a score minus its maximum: every argument the kernels pass), within 1.05 ulp
-   (checked against double over every float in [-88, 0]), from fma and exact operations only,
-   so that the host runner and the GPU get the same bits. Branch-free: the softmax calls it 8192
-   times per window and split. Results below 2^-126 may flush to 0; exp(-inf) = 0, exp(NaN) is a
-   NaN. */
-C128__FN float c128__max_nan(float x, float lo) { /* IEEE maximum: NaN wins (fmaxf drops it) */
-#ifdef __CUDA_ARCH__
+/* IEEE maximum in which NaN wins (fmaxf drops it). */
+C128__FN float c128__max_nan(float x, float lo) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   float y;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(x), "f"(lo));
   return y;
@@ -596,7 +722,11 @@ C128__FN float c128__max_nan(float x, float lo) { /* IEEE maximum: NaN wins (fma
 #endif
 }
 
-C128__FN float c128__exp(float x) {
+/* The library's exp(x) for x <= 0 (a score minus its maximum: every argument the kernels
+   pass), within 1.05 ulp (checked against double over every float in [-88, 0]), from fma and
+   exact operations only, so that the host runner and the GPU get the same bits. Branch-free.
+   Results below 2^-126 may flush to 0; exp(-inf) = 0, exp(NaN) is a NaN. */
+C128__FN float c128__exp_exact(float x) {
   const float round_magic = 12582912.0f;                       /* 1.5 * 2^23: adding it rounds to an integer */
   const float xc = c128__max_nan(x, -88.0f);                   /* keeps 2^n normal or 0; NaN flows through */
   const float t = fmaf(xc, 1.44269504088896341f, round_magic); /* n = round(x / ln 2) in the low bits */
@@ -615,13 +745,25 @@ C128__FN float c128__exp(float x) {
   return c128__mul(q, scale);
 }
 
-/* >>device: what a kernel sees ----------------------------------------------------------- */
-typedef struct c128__checker c128__checker; /* host runner only */
+/* The kernels' exp: the exact one, or on the GPU in C128_MATH_FAST the exp2 unit on x * log2(e)
+   (ex2.approx.ftz: within 2 ulp, flushes results below 2^-126; -inf gives 0, NaN a NaN). */
+C128__FN float c128__exp(float x) {
+#if defined(__CUDA_ARCH__) && C128_MATH == C128_MATH_FAST
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(c128__mul(x, 1.44269504088896341f)));
+  return y;
+#else
+  return c128__exp_exact(x);
+#endif
+}
+
+/* >>memory -------------------------------------------------------------------------------- */
+typedef struct c128__checker c128__checker; /* host runner only (>>runner) */
 
 /* An instance's compile-time identity; constant-folded wherever a kernel is stamped. */
 typedef struct c128__trait {
   int head_dim;
-  int buf, in, out; /* c128_dtype */
+  int buf, in, out; /* c128_dtype of state, input, output */
 } c128__trait;
 
 /* Kernel arguments, passed by value. plans points at the kernel's own plan kind. */
@@ -633,154 +775,129 @@ typedef struct c128__params {
   const void *plans;
   int64_t num_plans, state_pages, input_rows, output_rows;
   int32_t rank, size, pages_per_rank;
-  int32_t group; /* decode: requests per block */
+  int32_t group; /* jobs per block (decode, compress) */
+  int32_t pdl;   /* launched with PDL: the prologue has a predecessor to overlap */
   c128__checker *checker;
 } c128__params;
 
-/* One window of one compress event, as a block sees it after its plan was checked. */
-typedef struct c128__window {
-  int64_t state_row0; /* state row of window row 0 (rows < buffer_len come from here) */
-  int64_t input_row0; /* input row of window row 0 (rows >= buffer_len come from here) */
-  int64_t out_row;
-  int32_t buffer_len;
-  int32_t split;
-} c128__window;
-
-/* What a decode block does. */
-typedef struct c128__decode_job {
-  c128__window win;
-  int64_t input_row, write_row;
-  int32_t boundary, write;
-} c128__decode_job;
-
-/* The legacy epilogue pads the lane axis to dodge 16-way bank conflicts; the two-warp one reads
-   32 consecutive floats per source warp and needs no padding. */
-#if C128_EPILOGUE == C128_EPILOGUE_LEGACY
-#define C128__SMEM_LANES (C128_WARP_THREADS + 1)
-#else
-#define C128__SMEM_LANES C128_WARP_THREADS
-#endif
-#define C128__SMEM_FLOATS_PER_WARP (C128_TILE_ELEMS * C128__SMEM_LANES)
-
-/* Per-warp partial softmax triples, one 2-float vector per lane (= 2 channels). */
-typedef struct c128__smem {
-  float2 max[C128_NUM_WARPS][C128__SMEM_LANES];
-  float2 sum[C128_NUM_WARPS][C128__SMEM_LANES];
-  float2 acc[C128_NUM_WARPS][C128__SMEM_LANES];
-} c128__smem;
-
 static void c128__track(c128__checker *checker, const void *addr, int count, int elem_size, int is_write,
-                        const void *data);
+                        const uint32_t *bits);
 
-C128__FN int c128__elem_size(int dtype) { return dtype == C128_BF16 ? 2 : 4; }
+/* Two consecutive elements at base[i] (i even) as raw storage bits, as one vector access moves
+   them: 4-byte elements one a word, narrower ones packed into `lo` (element 0 in the low bits).
+   f32 rows are read once (`stream`: evict first), so that ape, which every window re-reads,
+   stays in L1; bf16 rows go without the hint (bf16-state decode measured from even to 9 % faster
+   without it). Every access of the host runner is shown to the race checker. */
+typedef struct c128__raw2 {
+  uint32_t lo, hi;
+} c128__raw2;
 
-/* Two consecutive elements at base[i] (i even), widened to f32. f32 window and input rows are read
-   once (`stream`: evict first), so that ape, which every window re-reads, stays in L1. bf16 rows
-   go without the hint: bf16-state decode measured from even to 9 % faster without it
-   (BENCHMARKS.md, rounds 3 and 4). ape through the non-coherent path (__ldg) lets the compiler
-   hoist its loads, which spills. */
-C128__FN float2 c128__load2(const c128__params *p, const void *base, int64_t i, int dtype, int stream) {
-  float2 v;
-  uint32_t raw[2];
-  if (dtype == C128_BF16) {
+C128__FN uint32_t c128__raw_elem(int dtype, c128__raw2 v, int k) {
+  const int bits = 8 * c128__dtype_bytes(dtype);
+  if (bits == 32) return k ? v.hi : v.lo;
+  return (v.lo >> (k * bits)) & ((1u << bits) - 1u);
+}
+C128__FN c128__raw2 c128__raw_pack(int dtype, uint32_t e0, uint32_t e1) {
+  const int bits = 8 * c128__dtype_bytes(dtype);
+  c128__raw2 v = {e0, e1};
+  if (bits < 32) v.lo = e0 | (e1 << bits), v.hi = 0u;
+  return v;
+}
+
+C128__FN c128__raw2 c128__load_raw2(const c128__params *p, const void *base, int64_t i, int dtype, int stream) {
+  c128__raw2 v = {0u, 0u};
+  const int bytes = c128__dtype_bytes(dtype);
+  const char *a = (const char *)base + i * bytes;
 #ifdef __CUDA_ARCH__
-    const unsigned int *a = (const unsigned int *)((const uint16_t *)base + i);
-    raw[0] = *a;
-#else
-    memcpy(raw, (const uint16_t *)base + i, 4);
-#endif
-    v.x = c128__bf16_widen(raw[0] & 0xFFFFu);
-    v.y = c128__bf16_widen(raw[0] >> 16);
+  (void)p;
+  if (bytes == 4) {
+    const uint2 u = stream ? __ldcs((const uint2 *)a) : *(const uint2 *)a;
+    v.lo = u.x, v.hi = u.y;
+  } else if (bytes == 2) {
+    v.lo = *(const uint32_t *)a;
   } else {
-#ifdef __CUDA_ARCH__
-    const float2 *a = (const float2 *)((const float *)base + i);
-    v = stream ? __ldcs(a) : *a;
-#else
-    memcpy(&v, (const float *)base + i, 8);
-#endif
-    raw[0] = c128__bits(v.x);
-    raw[1] = c128__bits(v.y);
+    v.lo = *(const uint16_t *)a;
   }
-#ifndef __CUDA_ARCH__
+#else
   (void)stream;
-  if (p->checker)
-    c128__track(p->checker, (const char *)base + i * c128__elem_size(dtype), 2, c128__elem_size(dtype), 0, raw);
-#else
-  (void)p;
+  if (bytes == 4) memcpy(&v.lo, a, 4), memcpy(&v.hi, a + 4, 4);
+  else memcpy(&v.lo, a, (size_t)(2 * bytes)); /* little-endian: element 0 in the low bits */
+  if (p->checker) {
+    const uint32_t bits[2] = {c128__raw_elem(dtype, v, 0), c128__raw_elem(dtype, v, 1)};
+    c128__track(p->checker, a, 2, bytes, 0, bits);
+  }
 #endif
   return v;
 }
 
-C128__FN void c128__store_bits(const c128__params *p, void *dst, const void *bits, int count, int elem_size) {
+C128__FN float2 c128__widen2(int dtype, c128__raw2 v) {
+  return make_float2(c128__widen(dtype, c128__raw_elem(dtype, v, 0)), c128__widen(dtype, c128__raw_elem(dtype, v, 1)));
+}
+
+C128__FN float2 c128__load2(const c128__params *p, const void *base, int64_t i, int dtype, int stream) {
+  return c128__widen2(dtype, c128__load_raw2(p, base, i, dtype, stream));
+}
+
+/* Store two elements (one vector access) or one at base[i]. */
+C128__FN void c128__store_raw2(const c128__params *p, void *base, int64_t i, int dtype, c128__raw2 v) {
+  const int bytes = c128__dtype_bytes(dtype);
+  char *a = (char *)base + i * bytes;
 #ifdef __CUDA_ARCH__
   (void)p;
-  if (count * elem_size == 8) *(uint2 *)dst = *(const uint2 *)bits;
-  else if (count * elem_size == 4) *(uint32_t *)dst = *(const uint32_t *)bits;
-  else *(uint16_t *)dst = *(const uint16_t *)bits;
+  if (bytes == 4) *(uint2 *)a = make_uint2(v.lo, v.hi);
+  else if (bytes == 2) *(uint32_t *)a = v.lo;
+  else *(uint16_t *)a = (uint16_t)v.lo;
 #else
-  if (p->checker) c128__track(p->checker, dst, count, elem_size, 1, bits);
-  memcpy(dst, bits, (size_t)(count * elem_size));
+  if (p->checker) {
+    const uint32_t bits[2] = {c128__raw_elem(dtype, v, 0), c128__raw_elem(dtype, v, 1)};
+    c128__track(p->checker, a, 2, bytes, 1, bits);
+  }
+  if (bytes == 4) memcpy(a, &v.lo, 4), memcpy(a + 4, &v.hi, 4);
+  else memcpy(a, &v.lo, (size_t)(2 * bytes));
 #endif
 }
 
-/* Store one f32 value into base[i], rounding to the dtype. */
-C128__FN void c128__store1(const c128__params *p, void *base, int64_t i, int dtype, float v) {
-  if (dtype == C128_BF16) {
-    const uint16_t h = (uint16_t)c128__bf16_round(v);
-    c128__store_bits(p, (uint16_t *)base + i, &h, 1, 2);
-  } else {
-    c128__store_bits(p, (float *)base + i, &v, 1, 4);
-  }
-}
-
-/* Two elements of an input row on their way to a state row: the raw bits when the dtypes agree
-   (they travel untouched), else the values widened to f32. */
-typedef struct c128__pair {
-  uint32_t raw[2];
-  float2 value;
-} c128__pair;
-
-C128__FN c128__pair c128__fetch2(const c128__params *p, c128__trait t, int64_t in_elem) {
-  c128__pair v = {{0u, 0u}, {0.0f, 0.0f}};
-  if (t.buf == t.in) {
-    const int es = c128__elem_size(t.in);
+/* Store one f32 value into base[i], narrowed to the dtype. */
+C128__FN void c128__store1(const c128__params *p, void *base, int64_t i, int dtype, float value) {
+  const uint32_t bits = c128__narrow(dtype, value);
+  const int bytes = c128__dtype_bytes(dtype);
+  char *a = (char *)base + i * bytes;
 #ifdef __CUDA_ARCH__
-    if (es == 4) *(uint2 *)v.raw = *(const uint2 *)((const float *)p->input + in_elem);
-    else v.raw[0] = *(const uint32_t *)((const uint16_t *)p->input + in_elem);
+  (void)p;
+  if (bytes == 4) *(uint32_t *)a = bits;
+  else if (bytes == 2) *(uint16_t *)a = (uint16_t)bits;
+  else *(uint8_t *)a = (uint8_t)bits;
 #else
-    memcpy(v.raw, (const char *)p->input + in_elem * es, (size_t)(2 * es));
+  if (p->checker) c128__track(p->checker, a, 1, bytes, 1, &bits);
+  memcpy(a, &bits, (size_t)bytes); /* little-endian */
 #endif
-  } else {
-    v.value = c128__load2(p, p->input, in_elem, t.in, 1);
-  }
-  return v;
 }
 
-/* Store a fetched pair into state element st_elem, converting to the state dtype. */
-C128__FN void c128__put2(const c128__params *p, c128__trait t, const c128__pair *v, int64_t st_elem) {
-  if (t.buf == t.in) {
-    const int es = c128__elem_size(t.in);
-    c128__store_bits(p, (char *)p->state + st_elem * es, v->raw, 2, es);
-  } else if (t.buf == C128_BF16) {
-    const uint32_t packed = c128__bf16_round(v->value.x) | (c128__bf16_round(v->value.y) << 16);
-    c128__store_bits(p, (uint16_t *)p->state + st_elem, &packed, 2, 2);
-  } else {
-    c128__store_bits(p, (float *)p->state + st_elem, &v->value, 2, 4);
-  }
+/* Two elements of an input row on their way to a state row: the raw bits travel untouched when
+   the dtypes agree, else they are widened and narrowed. */
+C128__FN c128__raw2 c128__fetch2(const c128__params *p, c128__trait t, int64_t in_elem) {
+  return c128__load_raw2(p, p->input, in_elem, t.in, t.buf != t.in);
 }
 
-/* >>device: plan checks (SPEC 6.5) -------------------------------------------------------- */
+C128__FN void c128__put2(const c128__params *p, c128__trait t, c128__raw2 v, int64_t st_elem) {
+  if (t.buf != t.in)
+    v = c128__raw_pack(t.buf, c128__narrow(t.buf, c128__widen(t.in, c128__raw_elem(t.in, v, 0))),
+                       c128__narrow(t.buf, c128__widen(t.in, c128__raw_elem(t.in, v, 1))));
+  c128__store_raw2(p, p->state, st_elem, t.buf, v);
+}
+
+/* >>rules: which plans run (DESIGN 6.5) ---------------------------------------------------- */
 /* Physical page of a logical one, or -1 when the logical page is outside the logical range
    (checked before translation: a bad logical page could otherwise land on a good one) or its
-   translation is outside this rank's pages. */
-/* Pages come from int32 plan fields, so 32-bit division does (a 64-bit one is a call, whose
-   saved registers the window loop cannot afford). */
+   translation is outside this rank's pages. Pages come from int32 plan fields; the owner
+   arithmetic stays in 32 bits without overflow (a 64-bit division is a call, whose saved
+   registers the window loop cannot afford), the page offset in 64. */
 C128__FN int64_t c128__physical_page(const c128__params *p, int32_t logical) {
-  const int32_t size = p->size > 1 ? p->size : 1;
-  const int64_t logical_pages = size == 1 ? p->state_pages : (int64_t)size * p->pages_per_rank;
-  if (logical < 0 || logical >= logical_pages) return -1;
-  const int64_t physical =
-      size == 1 ? logical : (int64_t)((logical % size - p->rank + size) % size) * p->pages_per_rank + logical / size;
+  if (p->size <= 1) return logical >= 0 && logical < p->state_pages ? logical : -1;
+  if (logical < 0 || (int64_t)logical >= (int64_t)p->size * p->pages_per_rank) return -1;
+  const int32_t owner = logical % p->size;
+  const int32_t shard = owner >= p->rank ? owner - p->rank : owner + (p->size - p->rank);
+  const int64_t physical = (int64_t)shard * p->pages_per_rank + logical / p->size;
   return physical < p->state_pages ? physical : -1;
 }
 C128__FN int c128__owned(const c128__params *p, int32_t logical_page) {
@@ -788,18 +905,19 @@ C128__FN int c128__owned(const c128__params *p, int32_t logical_page) {
 }
 
 /* Plans are read-only for a launch: the non-coherent path lets their loads move ahead of the
-   kernel's stores. */
-C128__FN void c128__read_plan(const void *src, void *dst, int bytes) {
+   kernel's stores. `guess` reads through L2 only, for the prologue's prefetch (>>block). */
+C128__FN void c128__read_plan(const void *src, void *dst, int bytes, int guess) {
 #ifdef __CUDA_ARCH__
-  if (bytes == 16) *(uint4 *)dst = __ldg((const uint4 *)src);
-  else *(uint2 *)dst = __ldg((const uint2 *)src);
+  if (bytes == 16) *(uint4 *)dst = guess ? __ldcg((const uint4 *)src) : __ldg((const uint4 *)src);
+  else *(uint2 *)dst = guess ? __ldcg((const uint2 *)src) : __ldg((const uint2 *)src);
 #else
+  (void)guess;
   memcpy(dst, src, (size_t)bytes);
 #endif
 }
 
-/* Why a plan does not run. The kernels skip a plan for any reason but RUN; the host plan
-   checker reports the first plan whose reason is neither RUN nor PADDING, with this text. */
+/* Why a plan does not run: X(reason, text). The kernels skip a plan for any reason but RUN; the
+   plan checker reports the first plan whose reason is neither RUN nor PADDING, with this text. */
 #define C128__PLAN_REASONS(X)                                                                       \
   X(C128__RUN, "runs")                                                                              \
   X(C128__PADDING, "padding row or invalid sentinel")                                               \
@@ -815,22 +933,37 @@ enum c128__plan_reason {
 #undef C128__REASON_ENUM
 };
 
-/* Request b's job in split `split`, or why it has nothing to do. */
-C128__FN int c128__decode_prepare(const c128__params *p, int64_t b, int split, c128__decode_job *job) {
+/* One window of one compress event, as a block sees it after its plan was checked. */
+typedef struct c128__window {
+  int64_t state_row0; /* state row of window row 0 (rows < buffer_len come from here) */
+  int64_t input_row0; /* input row of window row 0 (rows >= buffer_len come from here) */
+  int64_t out_row;
+  int32_t buffer_len;
+  int32_t split;
+} c128__window;
+
+/* What a decode plan asks of a block. */
+typedef struct c128__decode_job {
+  c128__window win;
+  int64_t write_row; /* physical state row of the new token */
+  int32_t boundary, write;
+} c128__decode_job;
+
+/* Decode plan b in split `split`: its job, or why it has nothing to do. */
+C128__FN int c128__decode_prepare(const c128__params *p, int64_t b, int split, int guess, c128__decode_job *job) {
   c128_decode_plan plan;
-  c128__read_plan((const c128_decode_plan *)p->plans + b, &plan, sizeof plan);
+  c128__read_plan((const c128_decode_plan *)p->plans + b, &plan, sizeof plan, guess);
   if (plan.seq_len == 0 || plan.write_loc < 0) return C128__PADDING;
   if (b >= p->input_rows) return C128__BAD_INPUT_ROW;
   const int32_t write_page = plan.write_loc / C128_WINDOW;
   const int64_t write_phys = c128__physical_page(p, write_page);
   if (write_phys < 0) return C128__BAD_WRITE_PAGE;
-  job->input_row = b;
   job->write_row = write_phys * C128_WINDOW + plan.write_loc % C128_WINDOW;
   job->write = c128__owned(p, write_page);
   job->boundary = plan.write_loc % C128_WINDOW == C128__LAST_ROW;
   job->win.split = split;
   if (!job->boundary) return C128__RUN;
-  /* Rows 0..126 from the read page, row 127 straight from the input (SPEC 6.2). */
+  /* Rows 0..126 from the read page, row 127 straight from the input (DESIGN 6.2). */
   const int64_t read_phys = c128__physical_page(p, plan.read_page_1);
   if (read_phys < 0) return C128__BAD_READ_PAGE;
   if (b >= p->output_rows) return C128__BAD_OUTPUT_ROW;
@@ -841,11 +974,10 @@ C128__FN int c128__decode_prepare(const c128__params *p, int64_t b, int split, c
   return C128__RUN;
 }
 
-C128__FN int c128__compress_prepare(const c128__params *p, c128__trait t, int64_t block, c128__window *w) {
-  const int num_split = C128_NUM_SPLIT(t.head_dim);
-  const int64_t k = block / num_split;
+/* Compress plan k in split `split`: its window, or why it does not run. */
+C128__FN int c128__compress_prepare(const c128__params *p, int64_t k, int split, int guess, c128__window *w) {
   c128_compress_plan plan;
-  c128__read_plan((const c128_compress_plan *)p->plans + k, &plan, sizeof plan);
+  c128__read_plan((const c128_compress_plan *)p->plans + k, &plan, sizeof plan, guess);
   if (plan.seq_len == C128_INVALID_ID) return C128__PADDING;
   if (plan.buffer_len > C128__LAST_ROW) return C128__BAD_BUFFER_LEN;
   if (k >= p->output_rows) return C128__BAD_OUTPUT_ROW;
@@ -857,15 +989,16 @@ C128__FN int c128__compress_prepare(const c128__params *p, c128__trait t, int64_
   w->input_row0 = (int64_t)plan.ragged_id - C128__LAST_ROW;
   w->buffer_len = plan.buffer_len;
   w->out_row = k;
-  w->split = (int32_t)(block % num_split);
+  w->split = split;
   return C128__RUN;
 }
 
 /* Write plan -> (input row, physical state row), or why it does not run. A slot another rank
    owns runs as a no-op: dst_row = -1. */
-C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int64_t *src_row, int64_t *dst_row) {
+C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int guess, int64_t *src_row,
+                                 int64_t *dst_row) {
   c128_write_plan plan;
-  c128__read_plan((const c128_write_plan *)p->plans + index, &plan, sizeof plan);
+  c128__read_plan((const c128_write_plan *)p->plans + index, &plan, sizeof plan, guess);
   if (plan.ragged_id == C128_INVALID_ID) return C128__PADDING;
   if (plan.ragged_id >= p->input_rows) return C128__BAD_INPUT_ROW;
   const int32_t page = plan.write_loc < 0 ? -1 : plan.write_loc / C128_WINDOW;
@@ -876,63 +1009,117 @@ C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int64_t *
   return C128__RUN;
 }
 
-/* >>device: the compress routine (SPEC 6.1) ---------------------------------------------- */
-/* Phase 1, one thread: load its 8 rows x 2 channels, form the partial (max, sum, weighted sum)
-   of each channel and publish them in shared memory. */
-C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__window *w, int tid, c128__smem *sm) {
+/* >>compress: one window, one 64-channel split (DESIGN 6.1) -------------------------------- */
+/* The legacy epilogue pads the lane axis to dodge 16-way bank conflicts; the two-warp one reads
+   32 consecutive floats per source warp and needs no padding. */
+#if C128_EPILOGUE == C128_EPILOGUE_LEGACY
+#define C128__SMEM_LANES (C128_WARP_THREADS + 1)
+#else
+#define C128__SMEM_LANES C128_WARP_THREADS
+#endif
+#define C128__SMEM_FLOATS_PER_WARP (C128_TILE_ELEMS * C128__SMEM_LANES)
+#define C128__HALF_WARP (C128_WARP_THREADS / 2)
+C128__STATIC_ASSERT(C128_NUM_WARPS == C128__HALF_WARP, "the legacy fold gives each of a half-warp's lanes one warp");
+
+/* Per-warp partial softmax triples, one 2-float vector per lane (= 2 channels). */
+typedef struct c128__smem {
+  float2 max[C128_NUM_WARPS][C128__SMEM_LANES];
+  float2 sum[C128_NUM_WARPS][C128__SMEM_LANES];
+  float2 acc[C128_NUM_WARPS][C128__SMEM_LANES];
+} c128__smem;
+
+/* A thread's share of a window: kv and score of its 8 rows x 2 channels, as loaded. */
+typedef struct c128__rows {
+  c128__raw2 kv[C128_ROWS_PER_WARP], score[C128_ROWS_PER_WARP];
+} c128__rows;
+
+/* Warp w loads window rows 8w .. 8w+7, lane l channels 2l, 2l+1 of the split. Row j < buffer_len
+   comes from the state, the others from the input. A warp whose rows all come from one tensor
+   (every warp but at most one) addresses them from one base, and every load is issued before
+   any is used. */
+C128__FN void c128__load_window(const c128__params *p, c128__trait t, const c128__window *w, int tid,
+                                c128__rows *r) {
   const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
-  const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
+  const int first = warp * C128_ROWS_PER_WARP;
+  const int64_t row = C128_ROW_ELEMS(t.head_dim), score = C128_SCORE_OFFSET(t.head_dim);
   const int64_t ch = (int64_t)w->split * C128_TILE_DIM + C128_TILE_ELEMS * lane;
-  float2 kv[C128_ROWS_PER_WARP], score[C128_ROWS_PER_WARP];
-  const int first = warp * C128_ROWS_PER_WARP; /* this warp's window rows: first .. first + 7 */
-  if (t.buf == t.in || first >= w->buffer_len || first + C128_ROWS_PER_WARP <= w->buffer_len) {
-    /* One source for the whole warp (or one dtype for both): addresses from one base, no
-       per-row branch. Every load is issued before any use. */
-    const int from_state = first < w->buffer_len;
+  const int64_t from_state = (w->state_row0 + first) * row + ch, from_input = (w->input_row0 + first) * row + ch;
+  if (first + C128_ROWS_PER_WARP <= w->buffer_len) {
     C128__UNROLL
-    for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
-      const int j = first + r, state_row = t.buf == t.in ? j < w->buffer_len : from_state;
-      const void *base = state_row ? (const void *)p->state : p->input;
-      const int64_t row = state_row ? w->state_row0 + j : w->input_row0 + j;
-      const int dtype = state_row ? t.buf : t.in;
-      kv[r] = c128__load2(p, base, row * row_elems + ch, dtype, 1);
-      score[r] = c128__load2(p, base, row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, dtype, 1);
+    for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
+      r->kv[k] = c128__load_raw2(p, p->state, from_state + k * row, t.buf, 1);
+      r->score[k] = c128__load_raw2(p, p->state, from_state + k * row + score, t.buf, 1);
     }
-  } else { /* the one warp whose rows straddle buffer_len, with two dtypes */
+  } else if (first >= w->buffer_len) {
     C128__UNROLL
-    for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
-      const int j = first + r;
-      if (j < w->buffer_len) {
-        kv[r] = c128__load2(p, p->state, (w->state_row0 + j) * row_elems + ch, t.buf, 1);
-        score[r] =
-            c128__load2(p, p->state, (w->state_row0 + j) * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.buf, 1);
+    for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
+      r->kv[k] = c128__load_raw2(p, p->input, from_input + k * row, t.in, 1);
+      r->score[k] = c128__load_raw2(p, p->input, from_input + k * row + score, t.in, 1);
+    }
+  } else if (t.buf == t.in) { /* the one warp whose rows straddle buffer_len: one dtype */
+    C128__UNROLL
+    for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
+      const int state_row = first + k < w->buffer_len;
+      const void *base = state_row ? (const void *)p->state : p->input;
+      const int64_t at = state_row ? from_state + k * row : from_input + k * row;
+      r->kv[k] = c128__load_raw2(p, base, at, t.buf, 1);
+      r->score[k] = c128__load_raw2(p, base, at + score, t.buf, 1);
+    }
+  } else { /* the straddling warp of a mixed instance: rows widened to f32 bits as they arrive */
+    C128__UNROLL
+    for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
+      float2 kv, sc;
+      if (first + k < w->buffer_len) {
+        kv = c128__load2(p, p->state, from_state + k * row, t.buf, 1);
+        sc = c128__load2(p, p->state, from_state + k * row + score, t.buf, 1);
       } else {
-        kv[r] = c128__load2(p, p->input, (w->input_row0 + j) * row_elems + ch, t.in, 1);
-        score[r] =
-            c128__load2(p, p->input, (w->input_row0 + j) * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch, t.in, 1);
+        kv = c128__load2(p, p->input, from_input + k * row, t.in, 1);
+        sc = c128__load2(p, p->input, from_input + k * row + score, t.in, 1);
       }
+      r->kv[k] = c128__raw_pack(C128_F32, c128__bits(kv.x), c128__bits(kv.y));
+      r->score[k] = c128__raw_pack(C128_F32, c128__bits(sc.x), c128__bits(sc.y));
     }
   }
+}
+
+/* The raw rows widened to f32 by the dtype of the tensor they came from: one per warp (the
+   straddling warp of a mixed instance holds f32 bits already). */
+C128__FN void c128__widen_rows(c128__trait t, const c128__window *w, int first, const c128__rows *r, float2 *kv,
+                               float2 *score) {
+  const int straddles = first < w->buffer_len && first + C128_ROWS_PER_WARP > w->buffer_len;
+  const int dtype = t.buf == t.in ? t.buf : straddles ? C128_F32 : first < w->buffer_len ? t.buf : t.in;
+  C128__UNROLL
+  for (int k = 0; k < C128_ROWS_PER_WARP; ++k) kv[k] = c128__widen2(dtype, r->kv[k]), score[k] = c128__widen2(dtype, r->score[k]);
+}
+
+/* The loaded rows -> the thread's partial (max, sum of exp, exp-weighted kv) per channel, rows
+   ascending, into shared memory. */
+C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__window *w, int tid,
+                             const c128__rows *r, c128__smem *sm) {
+  const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
+  const int first = warp * C128_ROWS_PER_WARP;
+  const int64_t ch = (int64_t)w->split * C128_TILE_DIM + C128_TILE_ELEMS * lane;
+  float2 kv[C128_ROWS_PER_WARP], s[C128_ROWS_PER_WARP];
+  c128__widen_rows(t, w, first, r, kv, s);
   float2 m = make_float2(-INFINITY, -INFINITY);
   C128__UNROLL
-  for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
-    const float2 ape = c128__load2(p, p->ape, (int64_t)(warp * C128_ROWS_PER_WARP + r) * t.head_dim + ch, C128_F32, 0);
-    score[r].x = c128__add(score[r].x, ape.x);
-    score[r].y = c128__add(score[r].y, ape.y);
-    m.x = fmaxf(m.x, score[r].x);
-    m.y = fmaxf(m.y, score[r].y);
+  for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
+    const float2 ape = c128__load2(p, p->ape, (int64_t)(first + k) * t.head_dim + ch, C128_F32, 0);
+    s[k] = make_float2(c128__add(s[k].x, ape.x), c128__add(s[k].y, ape.y));
+    m.x = fmaxf(m.x, s[k].x);
+    m.y = fmaxf(m.y, s[k].y);
   }
   /* A warp whose 8 scores are all -inf contributes nothing, not NaN. */
   const float2 shift = make_float2(m.x == -INFINITY ? 0.0f : m.x, m.y == -INFINITY ? 0.0f : m.y);
   float2 sum = make_float2(0.0f, 0.0f), acc = make_float2(0.0f, 0.0f);
   C128__UNROLL
-  for (int r = 0; r < C128_ROWS_PER_WARP; ++r) {
-    const float ex = c128__exp(c128__sub(score[r].x, shift.x));
-    const float ey = c128__exp(c128__sub(score[r].y, shift.y));
+  for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
+    const float ex = c128__exp(c128__sub(s[k].x, shift.x));
+    const float ey = c128__exp(c128__sub(s[k].y, shift.y));
     sum.x = c128__add(sum.x, ex);
     sum.y = c128__add(sum.y, ey);
-    acc.x = fmaf(kv[r].x, ex, acc.x);
-    acc.y = fmaf(kv[r].y, ey, acc.y);
+    acc.x = fmaf(kv[k].x, ex, acc.x);
+    acc.y = fmaf(kv[k].y, ey, acc.y);
   }
   sm->max[warp][lane] = m;
   sm->sum[warp][lane] = sum;
@@ -944,7 +1131,11 @@ C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__w
 #define C128__PARTIAL(sm, field, w, c) ((&(sm)->field[0][0].x)[(w) * C128__SMEM_FLOATS_PER_WARP + (c)])
 // clang-format on
 
-/* Phase 2, two-warp epilogue: thread t < 64 folds the 16 partials of channel t in registers. */
+C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c128__window *w, int c, float v) {
+  c128__store1(p, p->output, w->out_row * t.head_dim + (int64_t)w->split * C128_TILE_DIM + c, t.out, v);
+}
+
+/* Two-warp epilogue: thread t < 64 folds the 16 partials of channel t in registers. */
 C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c128__window *w, int tid,
                                   const c128__smem *sm) {
   if (tid >= C128_TILE_DIM) return;
@@ -963,8 +1154,7 @@ C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c1
     denom = fmaf(C128__PARTIAL(sm, sum, i, tid), r, denom);
     numer = fmaf(C128__PARTIAL(sm, acc, i, tid), r, numer);
   }
-  const int64_t out = w->out_row * t.head_dim + (int64_t)w->split * C128_TILE_DIM + tid;
-  c128__store1(p, p->output, out, t.out, c128__div(numer, denom));
+  c128__store_output(p, t, w, tid, c128__div(numer, denom));
 }
 
 /* xor-butterfly over the 16 lanes of a half-warp. The device trades registers; the host runner,
@@ -975,52 +1165,52 @@ C128__FN float c128__butterfly16(float own, const float *lanes, int is_max, int 
   (void)lanes;
   (void)lane;
   C128__UNROLL
-  for (int o = 8; o > 0; o >>= 1) {
+  for (int o = C128__HALF_WARP / 2; o > 0; o >>= 1) {
     const float other = __shfl_xor_sync(C128__ALL_LANES, own, o);
     own = is_max ? fmaxf(own, other) : c128__add(own, other);
   }
   return own;
 #else
   (void)own;
-  float v[16], next[16];
+  float v[C128__HALF_WARP], next[C128__HALF_WARP];
   memcpy(v, lanes, sizeof v);
-  for (int o = 8; o > 0; o >>= 1) {
-    for (int i = 0; i < 16; ++i) next[i] = is_max ? fmaxf(v[i], v[i ^ o]) : c128__add(v[i], v[i ^ o]);
+  for (int o = C128__HALF_WARP / 2; o > 0; o >>= 1) {
+    for (int i = 0; i < C128__HALF_WARP; ++i) next[i] = is_max ? fmaxf(v[i], v[i ^ o]) : c128__add(v[i], v[i ^ o]);
     memcpy(v, next, sizeof v);
   }
   return v[lane];
 #endif
 }
 
-/* Phase 2, legacy epilogue: all 512 threads in 2 passes; each half-warp owns one channel, its
-   16 lanes hold the 16 partials; every lane stores the result. */
+/* Legacy epilogue: all 512 threads in 2 passes; each half-warp owns one channel, its 16 lanes
+   hold the 16 warps' partials; every lane stores the result. */
 C128__FN void c128__fold_legacy(const c128__params *p, c128__trait t, const c128__window *w, int tid,
                                 const c128__smem *sm) {
-  const int src = tid % 16, half = tid / 16;
-  const int halves = C128_BLOCK_THREADS / 16;
-  float lanes_m[16], lanes_s[16], lanes_p[16]; /* host replay only */
+  const int src = tid % C128__HALF_WARP, half = tid / C128__HALF_WARP;
+  const int halves = C128_BLOCK_THREADS / C128__HALF_WARP;
+  float lanes_m[C128__HALF_WARP], lanes_s[C128__HALF_WARP], lanes_p[C128__HALF_WARP]; /* host replay only */
   C128__UNROLL
   for (int pass = 0; pass < C128_TILE_DIM / halves; ++pass) {
     const int c = pass * halves + half;
     const float m = C128__PARTIAL(sm, max, src, c);
 #ifndef __CUDA_ARCH__
-    for (int i = 0; i < 16; ++i) lanes_m[i] = C128__PARTIAL(sm, max, i, c);
+    for (int i = 0; i < C128__HALF_WARP; ++i) lanes_m[i] = C128__PARTIAL(sm, max, i, c);
 #endif
     const float big = c128__butterfly16(m, lanes_m, 1, src);
     const float shift = big == -INFINITY ? 0.0f : big;
     const float r = c128__exp(c128__sub(m, shift));
 #ifndef __CUDA_ARCH__
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < C128__HALF_WARP; ++i)
       lanes_s[i] = c128__mul(C128__PARTIAL(sm, sum, i, c), c128__exp(c128__sub(lanes_m[i], shift)));
 #endif
     const float denom = c128__butterfly16(c128__mul(C128__PARTIAL(sm, sum, src, c), r), lanes_s, 0, src);
 #ifndef __CUDA_ARCH__
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < C128__HALF_WARP; ++i)
       lanes_p[i] = c128__mul(C128__PARTIAL(sm, acc, i, c), c128__div(c128__exp(c128__sub(lanes_m[i], shift)), denom));
 #endif
     const float out =
         c128__butterfly16(c128__mul(C128__PARTIAL(sm, acc, src, c), c128__div(r, denom)), lanes_p, 0, src);
-    c128__store1(p, p->output, w->out_row * t.head_dim + (int64_t)w->split * C128_TILE_DIM + c, t.out, out);
+    c128__store_output(p, t, w, c, out);
   }
   (void)lanes_m;
   (void)lanes_s;
@@ -1035,17 +1225,20 @@ C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__windo
 #endif
 }
 
+/* >>block: the block program of the decode and compress kernels (DESIGN 6.1-6.3) ------------- */
 /* A block takes `group` consecutive jobs of one split (decode: requests, prefill: compress
-   plans) and compresses their windows one after another. Window i's partials go to buffer i % 2,
-   so one barrier a window suffices: the threads that fold window i reach the next barrier only
-   after that fold, and only past it does anyone overwrite buffer i % 2. The other warps go on to
-   the next window's loads while warps 0-1 fold. */
+   plans) and compresses their windows one after another, as a sequence of steps with one
+   barrier between steps. Step 0 lists the windows (and in decode persists the new rows); step s
+   >= 1 folds window s - 2 and forms the partials of window s - 1. Window i's partials go to
+   buffer i % 2, so one barrier a step suffices: the threads that fold window i finish that fold
+   before the next barrier, and only past it does anyone overwrite buffer i % 2. Loads of window
+   s - 1 are issued before the fold of window s - 2, so the folding warps' loads are in flight
+   while they fold. The GPU drivers (>>kernels) and the host runner (>>runner) run these same
+   steps; the race checker's phase is the step index. */
 typedef struct c128__block_shared {
   c128__smem fold[2];
-  c128__window windows[C128_WARP_THREADS]; /* the group's runnable windows, in job order */
+  c128__window windows[C128__MAX_GROUP]; /* the group's compressing windows, in job order */
 } c128__block_shared;
-C128__STATIC_ASSERT(C128_MAX_DECODE_GROUP <= C128_WARP_THREADS && C128_MAX_PREFILL_GROUP <= C128_WARP_THREADS,
-                    "one lane per job of a group");
 
 /* The block's jobs: first .. end - 1 of its split. Plan indices fit int32 (checked at launch). */
 typedef struct c128__jobs {
@@ -1061,36 +1254,35 @@ C128__FN c128__jobs c128__block_jobs(const c128__params *p, c128__trait t, int64
   return j;
 }
 
-/* Job k's window, if it compresses in this launch (decode: the request runs and sits at a
-   boundary; prefill: the plan runs). */
-C128__FN int c128__job_window(const c128__params *p, c128__trait t, int decode, const c128__jobs *j, int k,
+/* Job k's window, if it compresses in this launch (decode: the request runs and completes a
+   window; prefill: the plan runs). */
+C128__FN int c128__job_window(const c128__params *p, int kind, const c128__jobs *j, int k, int guess,
                               c128__window *w) {
   if (j->first + k >= j->end) return 0;
-  if (!decode)
-    return c128__compress_prepare(p, t, (int64_t)(j->first + k) * C128_NUM_SPLIT(t.head_dim) + j->split, w) ==
-           C128__RUN;
+  if (kind == C128_PLAN_COMPRESS) return c128__compress_prepare(p, j->first + k, j->split, guess, w) == C128__RUN;
   c128__decode_job job;
-  const int runs = c128__decode_prepare(p, j->first + k, j->split, &job) == C128__RUN && job.boundary;
+  const int runs = c128__decode_prepare(p, j->first + k, j->split, guess, &job) == C128__RUN && job.boundary;
   *w = job.win;
   return runs;
 }
 
-/* Bit k of the result: job k compresses. Lane k of every warp looks at job k and a ballot
-   gathers the answers, so every warp knows the count without waiting for another; warp 0 also
-   lists the windows in shared memory (read after a barrier). */
-C128__FN uint32_t c128__list_windows(const c128__params *p, c128__trait t, int decode, const c128__jobs *j, int tid,
+/* Step 0's list. Bit k of the result: job k compresses. Lane k of every warp looks at job k and a
+   ballot gathers the answers, so every warp knows the count without waiting for another; warp 0
+   also lists the windows in shared memory (read after the barrier). The host runner calls it
+   once per block: one pass stands for every warp's identical ballot. */
+C128__FN uint32_t c128__list_windows(const c128__params *p, int kind, const c128__jobs *j, int tid,
                                      c128__block_shared *sh) {
 #ifdef __CUDA_ARCH__
   const int lane = tid % C128_WARP_THREADS;
   c128__window w;
-  const int runs = lane < p->group && c128__job_window(p, t, decode, j, lane, &w);
+  const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 0, &w);
   const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
   if (runs && tid < C128_WARP_THREADS) sh->windows[__popc(mask & ((1u << lane) - 1u))] = w;
   return mask;
 #else
   uint32_t mask = 0;
-  for (int k = 0, n = 0; k < p->group; ++k) { /* one host "thread" stands for the whole warp */
-    if (!c128__job_window(p, t, decode, j, k, &sh->windows[n])) continue;
+  for (int k = 0, n = 0; k < p->group; ++k) {
+    if (!c128__job_window(p, kind, j, k, 0, &sh->windows[n])) continue;
     mask |= 1u << k;
     ++n;
   }
@@ -1105,159 +1297,215 @@ C128__FN int c128__popcount(uint32_t mask) {
   return n;
 }
 
-/* Decode: warp w persists the new token of requests first + w and first + w + 16 (within the
+/* Steps of a block whose list is `mask`: the list alone, or the list, one step per window and
+   the last fold. */
+C128__FN int c128__block_steps(uint32_t mask) {
+  const int count = c128__popcount(mask);
+  return count ? count + 2 : 1;
+}
+
+/* Step s >= 1 of a block with `count` windows. */
+C128__FN void c128__window_step(const c128__params *p, c128__trait t, int step, int count, int tid,
+                                c128__block_shared *sh) {
+  const int window = step - 1;
+  /* Homogeneous instances issue the window's loads before the fold; mixed ones, whose rows take
+     two code paths, fold first (their registers would spill). */
+  const int loads_first = t.buf == t.in;
+  c128__rows rows;
+  c128__window cur = {0, 0, 0, 0, 0}; /* in registers: reading it from shared at each use costs a spill */
+  if (window < count) cur = sh->windows[window];
+  if (window < count && loads_first) c128__load_window(p, t, &cur, tid, &rows);
+  if (window >= 1) {
+    const c128__window prev = sh->windows[window - 1];
+    c128__fold(p, t, &prev, tid, &sh->fold[(window - 1) % 2]);
+  }
+  if (window < count && !loads_first) c128__load_window(p, t, &cur, tid, &rows);
+  if (window < count) c128__partials(p, t, &cur, tid, &rows, &sh->fold[window % 2]);
+}
+
+/* >>decode: the new rows (DESIGN 6.2) ----------------------------------------------------------- */
+/* In step 0 warp w persists the new token of requests first + w and first + w + 16 (within the
    group). Their input rows are requested first (row b belongs to plan b), before anything waits
    on a plan, so that the input and plan loads overlap; the stores follow the plans. Valid plans'
-   windows never read these rows; the barrier that publishes the window list orders the two
-   within a block anyway. */
+   windows never read these rows; the barrier after step 0 orders the two within a block anyway. */
 #define C128__WRITES_PER_WARP 2
 C128__STATIC_ASSERT(C128_MAX_DECODE_GROUP <= C128__WRITES_PER_WARP * C128_NUM_WARPS, "rows a decode warp persists");
 typedef struct c128__decode_rows {
-  c128__pair kv[C128__WRITES_PER_WARP], score[C128__WRITES_PER_WARP];
+  c128__raw2 kv[C128__WRITES_PER_WARP], score[C128__WRITES_PER_WARP];
 } c128__decode_rows;
 
 C128__FN int64_t c128__decode_channel(const c128__jobs *j, int tid) {
   return (int64_t)j->split * C128_TILE_DIM + C128_TILE_ELEMS * (tid % C128_WARP_THREADS);
 }
 
+C128__FN int32_t c128__decode_request(const c128__jobs *j, int tid, int i) {
+  return j->first + tid / C128_WARP_THREADS + i * C128_NUM_WARPS;
+}
+
 C128__FN void c128__decode_fetch(const c128__params *p, c128__trait t, const c128__jobs *j, int tid,
                                  c128__decode_rows *rows) {
-  const int64_t row_elems = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
+  const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
   C128__UNROLL
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
-    const int32_t b = j->first + tid / C128_WARP_THREADS + i * C128_NUM_WARPS;
+    const int32_t b = c128__decode_request(j, tid, i);
     if (b >= j->end) break;
-    rows->kv[i] = c128__fetch2(p, t, (int64_t)b * row_elems + ch);
-    rows->score[i] = c128__fetch2(p, t, (int64_t)b * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
+    rows->kv[i] = c128__fetch2(p, t, (int64_t)b * row + ch);
+    rows->score[i] = c128__fetch2(p, t, (int64_t)b * row + C128_SCORE_OFFSET(t.head_dim) + ch);
   }
 }
 
 C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c128__jobs *j, int tid,
                                   const c128__decode_rows *rows) {
-  const int64_t row_elems = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
+  const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
   C128__UNROLL
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
-    const int32_t b = j->first + tid / C128_WARP_THREADS + i * C128_NUM_WARPS;
+    const int32_t b = c128__decode_request(j, tid, i);
     c128__decode_job job;
     if (b >= j->end) break;
-    if (c128__decode_prepare(p, b, j->split, &job) != C128__RUN || !job.write) continue;
-    c128__put2(p, t, &rows->kv[i], job.write_row * row_elems + ch);
-    c128__put2(p, t, &rows->score[i], job.write_row * row_elems + C128_SCORE_OFFSET(t.head_dim) + ch);
+    if (c128__decode_prepare(p, b, j->split, 0, &job) != C128__RUN || !job.write) continue;
+    c128__put2(p, t, rows->kv[i], job.write_row * row + ch);
+    c128__put2(p, t, rows->score[i], job.write_row * row + C128_SCORE_OFFSET(t.head_dim) + ch);
   }
 }
 
-/* Write kernel, one warp per write plan: the warp copies the whole row, a batch of pairs at a
-   time with every load of a batch issued before its stores (a plan's row is 2 * head_dim
-   elements; lane l takes the pairs l, l + 32, ...). */
+/* >>write: the prefill write kernel's row copy (DESIGN 6.3) ------------------------------------- */
+/* One warp per write plan: the warp copies the whole row, a batch of pairs at a time with every
+   load of a batch issued before its stores (a plan's row is 2 * head_dim elements; lane l takes
+   the pairs l, l + 32, ...). */
 #define C128__WRITE_BATCH 8 /* pairs in flight per lane */
 C128__FN void c128__write_row(const c128__params *p, c128__trait t, int64_t index, int lane) {
   int64_t src_row, dst_row;
-  if (c128__write_prepare(p, index, &src_row, &dst_row) != C128__RUN || dst_row < 0) return;
-  const int64_t row_elems = C128_ROW_ELEMS(t.head_dim);
+  if (c128__write_prepare(p, index, 0, &src_row, &dst_row) != C128__RUN || dst_row < 0) return;
+  const int64_t row = C128_ROW_ELEMS(t.head_dim);
   const int pairs = C128_ROW_ELEMS(t.head_dim) / (C128_TILE_ELEMS * C128_WARP_THREADS);
   for (int k0 = 0; k0 < pairs; k0 += C128__WRITE_BATCH) {
-    c128__pair v[C128__WRITE_BATCH];
+    c128__raw2 v[C128__WRITE_BATCH];
     C128__UNROLL
     for (int k = 0; k < C128__WRITE_BATCH; ++k)
-      if (k0 + k < pairs)
-        v[k] = c128__fetch2(p, t, src_row * row_elems + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
+      if (k0 + k < pairs) v[k] = c128__fetch2(p, t, src_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
     C128__UNROLL
     for (int k = 0; k < C128__WRITE_BATCH; ++k)
-      if (k0 + k < pairs)
-        c128__put2(p, t, &v[k], dst_row * row_elems + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
+      if (k0 + k < pairs) c128__put2(p, t, v[k], dst_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
   }
 }
 
-/* >>kernels ------------------------------------------------------------------------------- */
-/* PDL: wait for the predecessor's memory before touching plans, input or state. Dependents may
-   launch once every block has issued its last load: they wait for this grid to complete before
-   they read anything (griddepcontrol.wait), so an early trigger only lets their launch overlap
-   this grid's last folds and stores. */
-static __device__ __forceinline__ void c128__pdl_wait(void) {
+/* >>kernels: the GPU drivers ------------------------------------------------------------------- */
+/* PDL (DESIGN 6.4). Before the wait a kernel reads nothing a predecessor may write, except as a
+   guess: the prologue reads plans through L2 only (never L1, so the real read after the wait
+   cannot hit a stale line) and uses them only as prefetch addresses. L2 is the GPU's point of
+   coherence, so a prefetched line is never stale; a wrong guess costs bandwidth, not results.
+   Right after the wait a kernel lets its dependents launch: they wait for this grid to complete
+   before they read anything, so an early trigger only lets their launch and prologue overlap
+   this grid's work, and the trigger after the wait keeps at most two grids in flight. */
+C128__DEVICE void c128__pdl_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-static __device__ __forceinline__ void c128__pdl_trigger(void) {
+C128__DEVICE void c128__pdl_trigger(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
-/* The window loop of both kernels (see c128__block_shared), after the barrier that publishes
-   the list. Dependents are triggered once the block's last loads are issued. */
-static __device__ __forceinline__ void c128__window_loop(const c128__params *p, c128__trait t, int count, int tid,
-                                                         c128__block_shared *sh) {
-  C128__NO_UNROLL
-  for (int i = 0; i < count; ++i) {
-    const c128__window win = sh->windows[i]; /* in registers: reading it from shared costs a spill */
-    c128__partials(p, t, &win, tid, &sh->fold[i % 2]);
-    if (i + 1 == count) c128__pdl_trigger();
-    __syncthreads();
-    c128__fold(p, t, &win, tid, &sh->fold[i % 2]);
-  }
+#define C128__LINE_BYTES 128 /* an L2 cache line */
+C128__DEVICE void c128__prefetch_l2(const void *base, int64_t elem, int dtype, int line) {
+  const char *at = (const char *)base + elem * c128__dtype_bytes(dtype) + (int64_t)line * C128__LINE_BYTES;
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
 }
 
-static __device__ __forceinline__ void c128__decode_block(const c128__params *p, c128__trait t) {
+/* The first window a block will fold and, in decode, the rows it will persist, guessed from
+   plans read before the wait and asked of L2; ape, which no kernel writes, is asked of L1. A
+   warp prefetches its own 8 window rows: lane l takes row l / 4, half (kv or score) (l / 2) % 2,
+   128-byte line l % 2 of the split's 64 channels. */
+C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind, const c128__jobs *j, int tid) {
+  const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
+  const int first = warp * C128_ROWS_PER_WARP, k = lane / 4, half = (lane / 2) % 2, line = lane % 2;
+  const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = (int64_t)j->split * C128_TILE_DIM;
+  const int64_t col = half * C128_SCORE_OFFSET(t.head_dim) + ch;
+  if (lane < C128_ROWS_PER_WARP) {
+    const char *ape = (const char *)(p->ape + (int64_t)(first + lane) * t.head_dim + ch);
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(ape));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(ape + C128__LINE_BYTES));
+  }
+  if (kind == C128_PLAN_DECODE) { /* the new rows: requests first + w and first + w + 16 */
+    const int32_t b = c128__decode_request(j, tid, k); /* lanes 0-7: k = 0, 1 */
+    if (k < C128__WRITES_PER_WARP && b < j->end && line * C128__LINE_BYTES < C128_TILE_DIM * c128__dtype_bytes(t.in))
+      c128__prefetch_l2(p->input, b * row + col, t.in, line);
+  }
+  c128__window w = {0, 0, 0, 0, 0};
+  const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 1, &w);
+  const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
+  if (!mask) return;
+  const int src = __ffs(mask) - 1;
+  const int64_t state_row0 = __shfl_sync(C128__ALL_LANES, w.state_row0, src);
+  const int64_t input_row0 = __shfl_sync(C128__ALL_LANES, w.input_row0, src);
+  const int buffer_len = __shfl_sync(C128__ALL_LANES, w.buffer_len, src);
+  const int from_state = first + k < buffer_len, dtype = from_state ? t.buf : t.in;
+  if (line * C128__LINE_BYTES < C128_TILE_DIM * c128__dtype_bytes(dtype))
+    c128__prefetch_l2(from_state ? (const void *)p->state : p->input,
+                      ((from_state ? state_row0 : input_row0) + first + k) * row + col, dtype, line);
+}
+
+/* A decode or compress block: prologue, wait, trigger, then the steps with a barrier between. */
+C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind) {
   __shared__ c128__block_shared sh;
   const int tid = (int)threadIdx.x;
-  c128__pdl_wait();
   const c128__jobs j = c128__block_jobs(p, t, blockIdx.x);
-  c128__decode_rows rows;
-  c128__decode_fetch(p, t, &j, tid, &rows);
-  const uint32_t mask = c128__list_windows(p, t, 1, &j, tid, &sh);
-  c128__decode_writes(p, t, &j, tid, &rows);
-  if (!mask) { /* the common step: nothing to compress, no barrier */
-    c128__pdl_trigger();
-    return;
-  }
-  __syncthreads();
-  c128__window_loop(p, t, __popc(mask), tid, &sh);
-}
-
-static __device__ __forceinline__ void c128__compress_block(const c128__params *p, c128__trait t) {
-  __shared__ c128__block_shared sh;
-  const int tid = (int)threadIdx.x;
+  if (p->pdl) c128__prologue(p, t, kind, &j, tid);
   c128__pdl_wait();
-  const c128__jobs j = c128__block_jobs(p, t, blockIdx.x);
-  const uint32_t mask = c128__list_windows(p, t, 0, &j, tid, &sh);
-  if (!mask) {
-    c128__pdl_trigger();
-    return;
-  }
-  __syncthreads();
-  c128__window_loop(p, t, __popc(mask), tid, &sh);
-}
-
-static __device__ __forceinline__ void c128__write_block(const c128__params *p, c128__trait t) {
-  const int64_t index = (int64_t)blockIdx.x * C128_WRITE_WARPS + threadIdx.x / C128_WARP_THREADS;
-  if (index < p->num_plans) { /* tail warps exit before any read */
-    c128__pdl_wait();
-    c128__write_row(p, t, index, (int)(threadIdx.x % C128_WARP_THREADS));
-  }
   c128__pdl_trigger();
+  c128__decode_rows rows;
+  if (kind == C128_PLAN_DECODE) c128__decode_fetch(p, t, &j, tid, &rows);
+  const uint32_t mask = c128__list_windows(p, kind, &j, tid, &sh);
+  if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows);
+  const int steps = c128__block_steps(mask);
+  C128__NO_UNROLL
+  for (int s = 1; s < steps; ++s) {
+    __syncthreads();
+    c128__window_step(p, t, s, steps - 2, tid, &sh);
+  }
 }
 
-#define C128__KERNELS(name, D, bt, it, ot, bd, id, od)                                         \
+/* A write block: warp w copies plan 4 * block + w; warps past the last plan read nothing. */
+C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
+  const int64_t index = (int64_t)blockIdx.x * C128_WRITE_WARPS + threadIdx.x / C128_WARP_THREADS;
+  const int lane = (int)(threadIdx.x % C128_WARP_THREADS);
+  const int runs = index < p->num_plans;
+  if (runs && p->pdl) { /* prologue: the source row, guessed */
+    int64_t src_row, dst_row;
+    if (c128__write_prepare(p, index, 1, &src_row, &dst_row) == C128__RUN && dst_row >= 0) {
+      const int lines = (int)(C128_ROW_ELEMS(t.head_dim) * c128__dtype_bytes(t.in) / C128__LINE_BYTES);
+      for (int line = lane; line < lines; line += C128_WARP_THREADS)
+        c128__prefetch_l2(p->input, src_row * C128_ROW_ELEMS(t.head_dim), t.in, line);
+    }
+  }
+  c128__pdl_wait();
+  c128__pdl_trigger();
+  if (runs) c128__write_row(p, t, index, lane);
+}
+
+#define C128__TRAIT(D, state, input, output) {D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output}
+#define C128__KERNELS(name, D, state, input, output)                                           \
   static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)             \
       c128__decode_kernel_##name(const c128__params p) {                                       \
-    const c128__trait t = {D, bd, id, od};                                                     \
-    c128__decode_block(&p, t);                                                                 \
+    const c128__trait t = C128__TRAIT(D, state, input, output);                                \
+    c128__run_block(&p, t, C128_PLAN_DECODE);                                                  \
   }                                                                                            \
   static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)             \
       c128__compress_kernel_##name(const c128__params p) {                                     \
-    const c128__trait t = {D, bd, id, od};                                                     \
-    c128__compress_block(&p, t);                                                               \
+    const c128__trait t = C128__TRAIT(D, state, input, output);                                \
+    c128__run_block(&p, t, C128_PLAN_COMPRESS);                                                \
   }                                                                                            \
   static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM) \
       c128__write_kernel_##name(const c128__params p) {                                        \
-    const c128__trait t = {D, bd, id, od};                                                     \
-    c128__write_block(&p, t);                                                                  \
+    const c128__trait t = C128__TRAIT(D, state, input, output);                                \
+    c128__run_write_block(&p, t);                                                              \
   }
 C128_INSTANCES(C128__KERNELS)
 #undef C128__KERNELS
 
-/* >>host: the CPU runner and its race checker (SPEC 7) ------------------------------------ */
+/* >>runner: the CPU runner and its race checker (DESIGN 7) -------------------------------------- */
 /* Last writer and up to two readers of one state/output element within one launch. Block ids
    are stored + 1 so that a zeroed shadow means "untouched". */
 typedef struct c128__shadow {
@@ -1270,31 +1518,69 @@ typedef struct c128__shadow {
 enum { C128__STATE_REGION, C128__OUTPUT_REGION, C128__REGIONS };
 #define C128__SHADOW_CHUNK 4096 /* elements per piece of shadow, allocated when first touched */
 
+/* The shadow's pieces live in an open-addressing table keyed by (region, piece): its size follows
+   what a launch touches, never the size of the buffers. */
+typedef struct c128__piece {
+  uint64_t key; /* (region << 62 | piece) + 1; 0 = empty */
+  c128__shadow *shadow;
+} c128__piece;
+
 struct c128__checker {
   const char *base[C128__REGIONS];
   size_t bytes[C128__REGIONS];
-  c128__shadow **chunks[C128__REGIONS];
-  size_t num_chunks[C128__REGIONS];
+  int dtype[C128__REGIONS];
+  c128__piece *table;
+  size_t capacity, used; /* capacity: 0 or a power of two */
+  size_t allocated, limit;
   int32_t block, tid, phase;
   int raced, out_of_memory;
   char *message;
   size_t message_size;
 };
 
+/* calloc within the checker's limit. */
+static void *c128__checker_alloc(c128__checker *c, size_t count, size_t size) {
+  const size_t bytes = count * size; /* count and size are small: table slots or one piece */
+  void *ptr = NULL;
+  if (!c->out_of_memory && (!c->limit || bytes <= c->limit - c->allocated) && (ptr = calloc(count, size)))
+    c->allocated += bytes;
+  if (!ptr) c->out_of_memory = 1;
+  return ptr;
+}
+
+static size_t c128__slot_of(const c128__piece *table, size_t capacity, uint64_t key) {
+  size_t i = (size_t)(key * 0x9E3779B97F4A7C15ull) & (capacity - 1);
+  while (table[i].key && table[i].key != key) i = (i + 1) & (capacity - 1);
+  return i;
+}
+
 static c128__shadow *c128__shadow_of(c128__checker *c, int region, size_t elem) {
-  c128__shadow **chunk = &c->chunks[region][elem / C128__SHADOW_CHUNK];
-  if (!*chunk && !(*chunk = (c128__shadow *)calloc(C128__SHADOW_CHUNK, sizeof(c128__shadow)))) {
-    c->out_of_memory = 1;
-    return NULL;
+  const uint64_t key = ((uint64_t)region << 62 | (uint64_t)(elem / C128__SHADOW_CHUNK)) + 1;
+  if (c->capacity) {
+    const size_t i = c128__slot_of(c->table, c->capacity, key);
+    if (c->table[i].key) return c->table[i].shadow + elem % C128__SHADOW_CHUNK;
   }
-  return *chunk + elem % C128__SHADOW_CHUNK;
+  if (2 * (c->used + 1) > c->capacity) { /* grow: rehash every piece */
+    const size_t capacity = c->capacity ? 2 * c->capacity : 64;
+    c128__piece *table = (c128__piece *)c128__checker_alloc(c, capacity, sizeof *table);
+    if (!table) return NULL;
+    for (size_t k = 0; k < c->capacity; ++k)
+      if (c->table[k].key) table[c128__slot_of(table, capacity, c->table[k].key)] = c->table[k];
+    free(c->table);
+    c->allocated -= c->capacity * sizeof *table;
+    c->table = table, c->capacity = capacity;
+  }
+  c128__shadow *shadow = (c128__shadow *)c128__checker_alloc(c, C128__SHADOW_CHUNK, sizeof(c128__shadow));
+  if (!shadow) return NULL;
+  const size_t i = c128__slot_of(c->table, c->capacity, key);
+  c->table[i].key = key, c->table[i].shadow = shadow;
+  ++c->used;
+  return shadow + elem % C128__SHADOW_CHUNK;
 }
 
 static void c128__checker_free(c128__checker *c) {
-  for (int r = 0; r < C128__REGIONS; ++r) {
-    for (size_t k = 0; c->chunks[r] && k < c->num_chunks[r]; ++k) free(c->chunks[r][k]);
-    free(c->chunks[r]);
-  }
+  for (size_t k = 0; k < c->capacity; ++k) free(c->table[k].shadow);
+  free(c->table);
 }
 
 static void c128__race(c128__checker *c, const char *what, int region, size_t elem, int32_t block, int tid) {
@@ -1304,138 +1590,157 @@ static void c128__race(c128__checker *c, const char *what, int region, size_t el
            (int)block - 1, tid);
 }
 
-static void c128__track(c128__checker *c, const void *addr, int count, int elem_size, int is_write, const void *data) {
+/* One access of `count` elements of `elem_size` bytes at addr; bits[i] are the elements' storage
+   bits. Only the state and output are tracked; an element is indexed in its region's own dtype. */
+static void c128__track(c128__checker *c, const void *addr, int count, int elem_size, int is_write,
+                        const uint32_t *bits) {
   const char *a = (const char *)addr;
   for (int region = 0; region < C128__REGIONS; ++region) {
     if (!c->base[region] || a < c->base[region] || a >= c->base[region] + c->bytes[region]) continue;
-    const size_t first = (size_t)(a - c->base[region]) / (size_t)elem_size;
+    const int dtype = c->dtype[region];
     const int32_t block = c->block + 1;
     for (int i = 0; i < count; ++i) {
-      c128__shadow *s = c128__shadow_of(c, region, first + (size_t)i);
+      const size_t offset = (size_t)(a - c->base[region]) + (size_t)i * (size_t)elem_size;
+      if (offset >= c->bytes[region]) return;
+      const size_t elem = offset / (size_t)c128__dtype_bytes(dtype);
+      c128__shadow *s = c128__shadow_of(c, region, elem);
       if (!s) return;
-      uint32_t bits = 0;
-      memcpy(&bits, (const char *)data + i * elem_size, (size_t)elem_size);
       const int same_phase_other = s->wphase == c->phase && s->wtid != c->tid;
       if (!is_write) {
         if (s->wblock && (s->wblock != block || same_phase_other))
-          c128__race(c, "read after write", region, first + (size_t)i, s->wblock, s->wtid);
+          c128__race(c, "read after write", region, elem, s->wblock, s->wtid);
         const int slot = !s->rblock[0] || (s->rblock[0] == block && s->rtid[0] == c->tid) ? 0 : 1;
         s->rblock[slot] = block;
         s->rtid[slot] = (int16_t)c->tid;
         s->rphase[slot] = (int8_t)c->phase;
         continue;
       }
-      /* Lanes of one warp storing identical bits in one phase (the legacy epilogue) are fine. */
-      /* Two NaNs count as the same value: the host keeps NaN payloads, so lanes that replay a
+      /* Lanes of one warp storing identical bits in one phase (the legacy epilogue) are fine. Two
+         NaNs count as the same value: the host keeps NaN payloads, so lanes that replay a
          butterfly in different operand orders may end with different NaN bits. */
-      const uint32_t magnitude = elem_size == 4 ? 0x7FFFFFFFu : 0x7FFFu, inf = elem_size == 4 ? 0x7F800000u : 0x7F80u;
-      const int both_nan = (s->bits & magnitude) > inf && (bits & magnitude) > inf;
+      const int both_nan = c128__widen(dtype, s->bits) != c128__widen(dtype, s->bits) &&
+                           c128__widen(dtype, bits[i]) != c128__widen(dtype, bits[i]);
       const int same_warp_same_bits =
-          s->wtid / C128_WARP_THREADS == c->tid / C128_WARP_THREADS && (s->bits == bits || both_nan);
+          s->wtid / C128_WARP_THREADS == c->tid / C128_WARP_THREADS && (s->bits == bits[i] || both_nan);
       if (s->wblock && (s->wblock != block || (same_phase_other && !same_warp_same_bits)))
-        c128__race(c, "write after write", region, first + (size_t)i, s->wblock, s->wtid);
+        c128__race(c, "write after write", region, elem, s->wblock, s->wtid);
       for (int r = 0; r < 2; ++r)
         if (s->rblock[r] && (s->rblock[r] != block || (s->rphase[r] == c->phase && s->rtid[r] != c->tid)))
-          c128__race(c, "write after read", region, first + (size_t)i, s->rblock[r], s->rtid[r]);
+          c128__race(c, "write after read", region, elem, s->rblock[r], s->rtid[r]);
       s->wblock = block;
       s->wtid = (int16_t)c->tid;
       s->wphase = (int8_t)c->phase;
-      s->bits = bits;
+      s->bits = bits[i];
     }
     return;
   }
 }
 
-enum { C128__KIND_DECODE, C128__KIND_COMPRESS, C128__KIND_WRITE };
-
-/* Runs one launch on the CPU: for each block, phase 1 for every thread, then phase 2. */
+/* Runs one launch on the CPU: for each block, each step of the block program for every thread,
+   in thread order (DESIGN 7). */
 static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64_t blocks, const c128_host_options *o) {
   c128__checker checker;
   memset(&checker, 0, sizeof checker);
   if (o && o->check_races) {
     checker.base[C128__STATE_REGION] = (const char *)p.state;
-    checker.bytes[C128__STATE_REGION] = (size_t)p.state_pages * C128_PAGE_ELEMS(t.head_dim) * c128__elem_size(t.buf);
+    checker.bytes[C128__STATE_REGION] = (size_t)p.state_pages * C128_PAGE_ELEMS(t.head_dim) * c128__dtype_bytes(t.buf);
+    checker.dtype[C128__STATE_REGION] = t.buf;
     checker.base[C128__OUTPUT_REGION] = (const char *)p.output;
-    checker.bytes[C128__OUTPUT_REGION] = (size_t)p.output_rows * t.head_dim * c128__elem_size(t.out);
+    checker.bytes[C128__OUTPUT_REGION] = (size_t)p.output_rows * t.head_dim * c128__dtype_bytes(t.out);
+    checker.dtype[C128__OUTPUT_REGION] = t.out;
+    checker.limit = o->checker_limit_bytes;
     checker.message = o->message;
     checker.message_size = o->message_size;
-    for (int r = 0; r < C128__REGIONS; ++r) {
-      const size_t elems = checker.bytes[r] / (size_t)c128__elem_size(r == C128__STATE_REGION ? t.buf : t.out);
-      checker.num_chunks[r] = (elems + C128__SHADOW_CHUNK - 1) / C128__SHADOW_CHUNK;
-      checker.chunks[r] = (c128__shadow **)calloc(checker.num_chunks[r] + 1, sizeof(c128__shadow *));
-    }
-    if (!checker.chunks[0] || !checker.chunks[1]) {
-      c128__checker_free(&checker);
-      return C128_ERROR_OUT_OF_MEMORY;
-    }
     p.checker = &checker;
   }
-  const int threads = kind == C128__KIND_WRITE ? C128_WRITE_BLOCK_THREADS : C128_BLOCK_THREADS;
+  const int threads = kind == C128_PLAN_WRITE ? C128_WRITE_BLOCK_THREADS : C128_BLOCK_THREADS;
   c128__block_shared sh; /* the block's shared memory */
-  for (int64_t i = 0; i < blocks; ++i) {
+  for (int64_t i = 0; i < blocks && !checker.out_of_memory; ++i) {
     const int64_t block = o && o->reverse_blocks ? blocks - 1 - i : i;
     checker.block = (int32_t)block;
     checker.phase = 0;
-    if (kind == C128__KIND_WRITE) {
+    if (kind == C128_PLAN_WRITE) {
       for (checker.tid = 0; checker.tid < threads; ++checker.tid) {
         const int64_t index = block * C128_WRITE_WARPS + checker.tid / C128_WARP_THREADS;
         if (index < p.num_plans) c128__write_row(&p, t, index, checker.tid % C128_WARP_THREADS);
       }
       continue;
     }
-    /* Phases between barriers: list [+ decode writes] | window 0's partials | fold 0 +
-       partials 1 | ... The list is block-uniform: one pass stands for every warp's. */
     memset(&sh, 0xFF, sizeof sh); /* NaN: a fold that reads an unwritten partial shows it */
-    const int decode = kind == C128__KIND_DECODE;
     const c128__jobs j = c128__block_jobs(&p, t, block);
-    const int count = c128__popcount(c128__list_windows(&p, t, decode, &j, 0, &sh));
-    for (checker.tid = 0; decode && checker.tid < threads; ++checker.tid) {
+    const int steps = c128__block_steps(c128__list_windows(&p, kind, &j, 0, &sh));
+    for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
       c128__decode_rows rows;
       c128__decode_fetch(&p, t, &j, checker.tid, &rows);
       c128__decode_writes(&p, t, &j, checker.tid, &rows);
     }
-    for (int k = 0; k < count; ++k) { /* window k's partials run in phase k + 1, its fold in k + 2 */
-      checker.phase = k + 1;
+    for (checker.phase = 1; checker.phase < steps; ++checker.phase)
       for (checker.tid = 0; checker.tid < threads; ++checker.tid)
-        c128__partials(&p, t, &sh.windows[k], checker.tid, &sh.fold[k % 2]);
-      checker.phase = k + 2;
-      for (checker.tid = 0; checker.tid < threads; ++checker.tid)
-        c128__fold(&p, t, &sh.windows[k], checker.tid, &sh.fold[k % 2]);
-    }
+        c128__window_step(&p, t, checker.phase, steps - 2, checker.tid, &sh);
   }
   c128__checker_free(&checker);
   if (checker.out_of_memory) return C128_ERROR_OUT_OF_MEMORY;
   return checker.raced ? C128_ERROR_RACE_DETECTED : C128_SUCCESS;
 }
 
-/* >>launch: validation and launches -------------------------------------------------------- */
+/* >>launch: validation and launches --------------------------------------------------------- */
 static int c128__misaligned(const void *ptr, size_t align) { return (uintptr_t)ptr % align != 0; }
 
+/* [a, a + an) and [b, b + bn) overlap; an empty or NULL range overlaps nothing. */
+static int c128__overlap(const void *a, uint64_t an, const void *b, uint64_t bn) {
+  if (!a || !b || !an || !bn) return 0;
+  const uint64_t x = (uint64_t)(uintptr_t)a, y = (uint64_t)(uintptr_t)b;
+  return x < y ? y - x < an : x - y < bn;
+}
+
+/* The arguments every launch and checker shares, in the order both test them. */
 static c128_status c128__check_common(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od, c128__trait t,
                                       int64_t state_pages, c128_shared_layout l) {
   if (head_dim != t.head_dim || (int)sd != t.buf || (int)id != t.in || (int)od != t.out)
     return C128_ERROR_INSTANCE_MISMATCH;
   if (state_pages < 0) return C128_ERROR_NEGATIVE_SIZE;
-  if (state_pages > INT64_MAX / ((int64_t)C128_WINDOW * 2 * t.head_dim * 4)) return C128_ERROR_STATE_TOO_LARGE;
+  if (state_pages > INT64_MAX / ((int64_t)C128_PAGE_ELEMS(t.head_dim) * 4)) return C128_ERROR_STATE_TOO_LARGE;
   const int32_t size = l.size == 0 ? 1 : l.size;
   if (size < 1 || l.rank < 0 || l.rank >= size || l.pages_per_rank < 0) return C128_ERROR_INVALID_LAYOUT;
   return C128_SUCCESS;
 }
 
-/* Vector accesses: a pair of f32 needs 8 bytes, a pair of bf16 4; outputs are stored singly. */
-static c128_status c128__check_pointers(c128__trait t, const void *state, const void *input, const float *ape,
-                                        const void *output, int need_output) {
+/* The extents a launch may touch, for the aliasing rule: written tensors (state, output) overlap
+   nothing else. */
+typedef struct c128__extent {
+  const void *ptr;
+  uint64_t bytes;
+} c128__extent;
+
+static c128_status c128__check_tensors(c128__trait t, void *state, int64_t state_pages, const void *input,
+                                       int64_t input_rows, const float *ape, void *output, int64_t output_rows,
+                                       const c128__extent *plans, int num_plans) {
+  const int need_output = output_rows > 0;
   if (!state || !input || (need_output && (!ape || !output))) return C128_ERROR_NULL_POINTER;
-  if (c128__misaligned(state, 2 * (size_t)c128__elem_size(t.buf)) ||
-      c128__misaligned(input, 2 * (size_t)c128__elem_size(t.in)) ||
+  /* Vector accesses: a pair of elements is one access; outputs are stored singly. */
+  if (c128__misaligned(state, 2 * (size_t)c128__dtype_bytes(t.buf)) ||
+      c128__misaligned(input, 2 * (size_t)c128__dtype_bytes(t.in)) ||
       (need_output &&
-       (c128__misaligned(ape, 2 * sizeof(float)) || c128__misaligned(output, (size_t)c128__elem_size(t.out)))))
+       (c128__misaligned(ape, 2 * sizeof(float)) || c128__misaligned(output, (size_t)c128__dtype_bytes(t.out)))))
     return C128_ERROR_MISALIGNED;
+  const c128__extent written[2] = {
+      {state, (uint64_t)state_pages * C128_PAGE_ELEMS(t.head_dim) * c128__dtype_bytes(t.buf)},
+      {need_output ? output : NULL, (uint64_t)output_rows * t.head_dim * c128__dtype_bytes(t.out)}};
+  const c128__extent read[3] = {{input, (uint64_t)input_rows * C128_ROW_ELEMS(t.head_dim) * c128__dtype_bytes(t.in)},
+                                {need_output ? ape : NULL, (uint64_t)C128_WINDOW * t.head_dim * sizeof(float)},
+                                {written[1].ptr, written[1].bytes}};
+  for (int w = 0; w < 2; ++w) {
+    for (int r = 0; r < 2 + !w; ++r) /* state against input, ape and output; output against input, ape */
+      if (c128__overlap(written[w].ptr, written[w].bytes, read[r].ptr, read[r].bytes)) return C128_ERROR_ALIASED;
+    for (int k = 0; k < num_plans; ++k)
+      if (c128__overlap(written[w].ptr, written[w].bytes, plans[k].ptr, plans[k].bytes)) return C128_ERROR_ALIASED;
+  }
   return C128_SUCCESS;
 }
 
-static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait t) {
-  if (!a) return C128_ERROR_NULL_POINTER;
+/* The decode arguments, as the launch and the checker see them (`tensors`: the launch, which
+   also checks the tensor pointers; the checker reads only the plans). */
+static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait t, int tensors) {
   c128_status st =
       c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t, a->state_pages, a->layout);
   if (st != C128_SUCCESS) return st;
@@ -1446,11 +1751,13 @@ static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait 
   if (a->output_rows < a->batch) return C128_ERROR_OUTPUT_TOO_SMALL;
   if (!a->plans) return C128_ERROR_NULL_POINTER;
   if (c128__misaligned(a->plans, sizeof(c128_decode_plan))) return C128_ERROR_MISALIGNED;
-  return c128__check_pointers(t, a->state, a->input, a->ape, a->output, 1);
+  if (!tensors) return C128_SUCCESS;
+  const c128__extent plans = {a->plans, (uint64_t)a->batch * sizeof(c128_decode_plan)};
+  /* The kernel reads input rows and writes output rows below batch only. */
+  return c128__check_tensors(t, a->state, a->state_pages, a->input, a->batch, a->ape, a->output, a->batch, &plans, 1);
 }
 
-static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trait t) {
-  if (!a) return C128_ERROR_NULL_POINTER;
+static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trait t, int tensors) {
   c128_status st =
       c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t, a->state_pages, a->layout);
   if (st != C128_SUCCESS) return st;
@@ -1465,11 +1772,17 @@ static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trai
   if (c128__misaligned(a->compress_plans, sizeof(c128_compress_plan)) ||
       c128__misaligned(a->write_plans, sizeof(c128_write_plan)))
     return C128_ERROR_MISALIGNED;
-  return c128__check_pointers(t, a->state, a->input, a->ape, a->output, a->num_compress > 0);
+  if (!tensors) return C128_SUCCESS;
+  const c128__extent plans[2] = {{a->compress_plans, (uint64_t)a->num_compress * sizeof(c128_compress_plan)},
+                                 {a->write_plans, (uint64_t)a->num_write * sizeof(c128_write_plan)}};
+  /* Compress plan k writes output row k: rows below num_compress only. */
+  return c128__check_tensors(t, a->state, a->state_pages, a->input, a->input_rows, a->ape, a->output, a->num_compress,
+                             plans, 2);
 }
 
 static c128__params c128__base_params(void *state, int64_t state_pages, const void *input, int64_t input_rows,
-                                      const float *ape, void *output, int64_t output_rows, c128_shared_layout layout) {
+                                      const float *ape, void *output, int64_t output_rows, c128_shared_layout layout,
+                                      int32_t pdl) {
   c128__params p;
   memset(&p, 0, sizeof p);
   p.state = state;
@@ -1482,22 +1795,23 @@ static c128__params c128__base_params(void *state, int64_t state_pages, const vo
   p.rank = layout.rank;
   p.size = layout.size == 0 ? 1 : layout.size;
   p.pages_per_rank = layout.pages_per_rank;
+  p.pdl = pdl != 0;
   return p;
 }
 
 static c128__params c128__decode_params(const c128_decode_args *a) {
-  c128__params p =
-      c128__base_params(a->state, a->state_pages, a->input, a->batch, a->ape, a->output, a->output_rows, a->layout);
+  c128__params p = c128__base_params(a->state, a->state_pages, a->input, a->batch, a->ape, a->output, a->output_rows,
+                                     a->layout, a->pdl);
   p.plans = a->plans;
   p.num_plans = a->batch;
   return p;
 }
 
-static c128__params c128__prefill_params(const c128_prefill_args *a, int compress) {
+static c128__params c128__prefill_params(const c128_prefill_args *a, int kind) {
   c128__params p = c128__base_params(a->state, a->state_pages, a->input, a->input_rows, a->ape, a->output,
-                                     a->output_rows, a->layout);
-  p.plans = compress ? (const void *)a->compress_plans : (const void *)a->write_plans;
-  p.num_plans = compress ? a->num_compress : a->num_write;
+                                     a->output_rows, a->layout, a->pdl);
+  p.plans = kind == C128_PLAN_COMPRESS ? (const void *)a->compress_plans : (const void *)a->write_plans;
+  p.num_plans = kind == C128_PLAN_COMPRESS ? a->num_compress : a->num_write;
   return p;
 }
 
@@ -1521,14 +1835,17 @@ static c128_status c128__launch(const void *kernel, int64_t blocks, int threads,
 }
 
 /* A block compresses its windows one after another, so with every window present a group of g
-   costs waves(blocks) * g window-times; the largest g of least cost wins. */
+   costs waves(blocks) * g window-times; the largest g of least cost wins. Launches refuse more
+   than INT32_MAX jobs, so larger counts are costed as that many (no overflow). */
 static int32_t c128__group_size(int64_t jobs, int32_t head_dim, int32_t sm_count, int32_t max_group) {
+  if (jobs <= 0) return 1;
+  if (jobs > INT32_MAX) jobs = INT32_MAX;
   const int64_t wave = (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1);
-  const int64_t splits = head_dim >= C128_TILE_DIM ? C128_NUM_SPLIT(head_dim) : 1;
+  const int64_t splits = head_dim >= C128_TILE_DIM && head_dim <= C128_MAX_HEAD_DIM ? C128_NUM_SPLIT(head_dim) : 1;
   int32_t best = 1;
   int64_t best_cost = INT64_MAX;
-  for (int32_t g = 1; g <= max_group && jobs > 0; ++g) {
-    const int64_t blocks = (jobs + g - 1) / g * splits, cost = (blocks + wave - 1) / wave * g;
+  for (int32_t g = 1; g <= max_group; ++g) {
+    const int64_t blocks = (jobs / g + (jobs % g != 0)) * splits, cost = (blocks / wave + (blocks % wave != 0)) * g;
     if (cost <= best_cost) best = g, best_cost = cost;
   }
   return best;
@@ -1539,15 +1856,6 @@ C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t
 }
 C128_API int32_t c128_prefill_group_size(int64_t num_compress, int32_t head_dim, int32_t sm_count) {
   return c128__group_size(num_compress, head_dim, sm_count, C128_MAX_PREFILL_GROUP);
-}
-
-/* Requests (decode) or compress plans (prefill) per block: the caller's, or the automatic one. */
-static int32_t c128__decode_group(const c128_decode_args *a, c128__trait t, int sm_count) {
-  return a->requests_per_block > 0 ? a->requests_per_block : c128_decode_group_size(a->batch, t.head_dim, sm_count);
-}
-static int32_t c128__prefill_group(const c128_prefill_args *a, c128__trait t, int sm_count) {
-  return a->windows_per_block > 0 ? a->windows_per_block
-                                  : c128_prefill_group_size(a->num_compress, t.head_dim, sm_count);
 }
 
 static int64_t c128__grouped_blocks(int64_t jobs, c128__trait t, int32_t group) {
@@ -1567,91 +1875,74 @@ static c128_status c128__sm_count(int32_t explicit_group, int *sm_count) {
              : C128_ERROR_LAUNCH_FAILED;
 }
 
-static c128_status c128__decode_gpu(const c128_decode_args *a, c128__trait t, const void *kernel, cudaStream_t stream) {
-  c128_status st = c128__validate_decode(a, t);
+/* One decode launch on the GPU (kernel != NULL) or the host runner (options). */
+static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, const void *kernel, cudaStream_t stream,
+                                    const c128_host_options *o) {
+  if (!a) return C128_ERROR_NULL_POINTER;
+  c128_status st = c128__validate_decode(a, t, 1);
   if (st != C128_SUCCESS || a->batch == 0) return st;
-  int sm_count;
-  if ((st = c128__sm_count(a->requests_per_block, &sm_count)) != C128_SUCCESS) return st;
+  int sm_count = C128__HOST_SM_COUNT;
+  if (kernel && (st = c128__sm_count(a->requests_per_block, &sm_count)) != C128_SUCCESS) return st;
   c128__params p = c128__decode_params(a);
-  p.group = c128__decode_group(a, t, sm_count);
-  return c128__launch(kernel, c128__grouped_blocks(a->batch, t, p.group), C128_BLOCK_THREADS, a->pdl, stream, &p);
-}
-
-static c128_status c128__decode_cpu(const c128_decode_args *a, c128__trait t, const c128_host_options *o) {
-  const c128_status st = c128__validate_decode(a, t);
-  if (st != C128_SUCCESS || a->batch == 0) return st;
-  c128__params p = c128__decode_params(a);
-  p.group = c128__decode_group(a, t, C128__HOST_SM_COUNT);
-  return c128__run_host(p, t, C128__KIND_DECODE, c128__grouped_blocks(a->batch, t, p.group), o);
+  p.group = a->requests_per_block > 0 ? a->requests_per_block : c128_decode_group_size(a->batch, t.head_dim, sm_count);
+  const int64_t blocks = c128__grouped_blocks(a->batch, t, p.group);
+  if (!kernel) return c128__run_host(p, t, C128_PLAN_DECODE, blocks, o);
+  return c128__launch(kernel, blocks, C128_BLOCK_THREADS, a->pdl, stream, &p);
 }
 
 /* Compress first, write second, on one stream: a batch's writes may land on slots its own
-   compress events still read (SPEC 6.3). */
-static c128_status c128__prefill_gpu(const c128_prefill_args *a, c128__trait t, const void *compress_kernel,
-                                     const void *write_kernel, cudaStream_t stream) {
-  c128_status st = c128__validate_prefill(a, t);
-  c128__params compress = c128__prefill_params(a, 1);
-  const c128__params write = c128__prefill_params(a, 0);
-  int sm_count;
-  if (st == C128_SUCCESS && a->num_compress > 0 &&
-      (st = c128__sm_count(a->windows_per_block, &sm_count)) == C128_SUCCESS) {
-    compress.group = c128__prefill_group(a, t, sm_count);
-    st = c128__launch(compress_kernel, c128__grouped_blocks(a->num_compress, t, compress.group), C128_BLOCK_THREADS,
-                      a->pdl, stream, &compress);
+   compress events still read (DESIGN 6.3). */
+static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, const void *compress_kernel,
+                                     const void *write_kernel, cudaStream_t stream, const c128_host_options *o) {
+  if (!a) return C128_ERROR_NULL_POINTER;
+  c128_status st = c128__validate_prefill(a, t, 1);
+  if (st != C128_SUCCESS) return st;
+  if (a->num_compress > 0) {
+    int sm_count = C128__HOST_SM_COUNT;
+    if (compress_kernel && (st = c128__sm_count(a->windows_per_block, &sm_count)) != C128_SUCCESS) return st;
+    c128__params p = c128__prefill_params(a, C128_PLAN_COMPRESS);
+    p.group = a->windows_per_block > 0 ? a->windows_per_block
+                                       : c128_prefill_group_size(a->num_compress, t.head_dim, sm_count);
+    const int64_t blocks = c128__grouped_blocks(a->num_compress, t, p.group);
+    st = compress_kernel ? c128__launch(compress_kernel, blocks, C128_BLOCK_THREADS, a->pdl, stream, &p)
+                         : c128__run_host(p, t, C128_PLAN_COMPRESS, blocks, o);
   }
-  if (st == C128_SUCCESS && a->num_write > 0)
-    st = c128__launch(write_kernel, c128__write_blocks(a->num_write), C128_WRITE_BLOCK_THREADS, a->pdl, stream, &write);
-  return st;
-}
-
-static c128_status c128__prefill_cpu(const c128_prefill_args *a, c128__trait t, const c128_host_options *o) {
-  c128_status st = c128__validate_prefill(a, t);
-  c128__params compress = c128__prefill_params(a, 1);
-  compress.group = c128__prefill_group(a, t, C128__HOST_SM_COUNT);
-  if (st == C128_SUCCESS && a->num_compress > 0)
-    st = c128__run_host(compress, t, C128__KIND_COMPRESS, c128__grouped_blocks(a->num_compress, t, compress.group), o);
-  if (st == C128_SUCCESS && a->num_write > 0)
-    st = c128__run_host(c128__prefill_params(a, 0), t, C128__KIND_WRITE, c128__write_blocks(a->num_write), o);
+  if (st == C128_SUCCESS && a->num_write > 0) {
+    const c128__params p = c128__prefill_params(a, C128_PLAN_WRITE);
+    const int64_t blocks = c128__write_blocks(a->num_write);
+    st = write_kernel ? c128__launch(write_kernel, blocks, C128_WRITE_BLOCK_THREADS, a->pdl, stream, &p)
+                      : c128__run_host(p, t, C128_PLAN_WRITE, blocks, o);
+  }
   return st;
 }
 
 /* >>dispatch ------------------------------------------------------------------------------ */
-#define C128__ENTRY_POINTS(name, D, bt, it, ot, bd, id, od)                                               \
+#define C128__ENTRY_POINTS(name, D, state, input, output)                                                 \
   C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {               \
-    const c128__trait t = {D, bd, id, od};                                                                \
-    return c128__decode_gpu(a, t, (const void *)c128__decode_kernel_##name, stream);                      \
+    const c128__trait t = C128__TRAIT(D, state, input, output);                                           \
+    return c128__decode_run(a, t, (const void *)c128__decode_kernel_##name, stream, NULL);                \
   }                                                                                                       \
   C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {             \
-    const c128__trait t = {D, bd, id, od};                                                                \
-    return c128__prefill_gpu(a, t, (const void *)c128__compress_kernel_##name,                            \
-                             (const void *)c128__write_kernel_##name, stream);                            \
+    const c128__trait t = C128__TRAIT(D, state, input, output);                                           \
+    return c128__prefill_run(a, t, (const void *)c128__compress_kernel_##name,                            \
+                             (const void *)c128__write_kernel_##name, stream, NULL);                      \
   }                                                                                                       \
   C128_API c128_status c128_decode_host_##name(const c128_decode_args *a, const c128_host_options *o) {   \
-    const c128__trait t = {D, bd, id, od};                                                                \
-    return c128__decode_cpu(a, t, o);                                                                     \
+    const c128__trait t = C128__TRAIT(D, state, input, output);                                           \
+    return c128__decode_run(a, t, NULL, NULL, o);                                                         \
   }                                                                                                       \
   C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a, const c128_host_options *o) { \
-    const c128__trait t = {D, bd, id, od};                                                                \
-    return c128__prefill_cpu(a, t, o);                                                                    \
+    const c128__trait t = C128__TRAIT(D, state, input, output);                                           \
+    return c128__prefill_run(a, t, NULL, NULL, NULL, o);                                                  \
   }
 C128_INSTANCES(C128__ENTRY_POINTS)
 #undef C128__ENTRY_POINTS
 
-typedef struct c128__instance {
-  c128_instance_info info;
-  c128_status (*decode)(const c128_decode_args *, cudaStream_t);
-  c128_status (*prefill)(const c128_prefill_args *, cudaStream_t);
-  c128_status (*decode_host)(const c128_decode_args *, const c128_host_options *);
-  c128_status (*prefill_host)(const c128_prefill_args *, const c128_host_options *);
-} c128__instance;
-
-#define C128__INSTANCE_ROW(name, D, bt, it, ot, bd, id, od)                          \
-  {{#name, D, bd, id, od, C128_NUM_SPLIT(D), C128_ROW_ELEMS(D), C128_PAGE_ELEMS(D)}, \
-   c128_decode_##name,                                                               \
-   c128_prefill_##name,                                                              \
-   c128_decode_host_##name,                                                          \
-   c128_prefill_host_##name},
-static const c128__instance c128__instances[] = {C128_INSTANCES(C128__INSTANCE_ROW)};
+#define C128__INSTANCE_ROW(name, D, state, input, output)                                               \
+  {#name, D, (c128_dtype)C128__DTYPE_##state, (c128_dtype)C128__DTYPE_##input,                          \
+   (c128_dtype)C128__DTYPE_##output, C128_NUM_SPLIT(D), C128_ROW_ELEMS(D), C128_PAGE_ELEMS(D),           \
+   c128_decode_##name, c128_prefill_##name, c128_decode_host_##name, c128_prefill_host_##name},
+static const c128_instance_info c128__instances[] = {C128_INSTANCES(C128__INSTANCE_ROW)};
 #undef C128__INSTANCE_ROW
 static_assert(sizeof c128__instances / sizeof c128__instances[0] == C128_INSTANCE_COUNT, "one row each");
 
@@ -1671,23 +1962,35 @@ C128_API const char *c128_status_string(c128_status status) {
 C128_API int c128_instance_count(void) { return C128_INSTANCE_COUNT; }
 
 C128_API const char *c128_instance_name(int index) {
-  return index >= 0 && index < C128_INSTANCE_COUNT ? c128__instances[index].info.name : NULL;
+  return index >= 0 && index < C128_INSTANCE_COUNT ? c128__instances[index].name : NULL;
 }
 
 C128_API c128_status c128_instance_info_get(int index, c128_instance_info *info) {
   if (!info) return C128_ERROR_NULL_POINTER;
   if (index < 0 || index >= C128_INSTANCE_COUNT) return C128_ERROR_UNSUPPORTED_INSTANCE;
-  *info = c128__instances[index].info;
+  *info = c128__instances[index];
   return C128_SUCCESS;
 }
 
 C128_API int c128_find_instance(int head_dim, c128_dtype state, c128_dtype input, c128_dtype output) {
   for (int i = 0; i < C128_INSTANCE_COUNT; ++i) {
-    const c128_instance_info *f = &c128__instances[i].info;
+    const c128_instance_info *f = &c128__instances[i];
     if (f->head_dim == head_dim && f->state_dtype == state && f->input_dtype == input && f->output_dtype == output)
       return i;
   }
   return -1;
+}
+
+C128_API size_t c128_dtype_size(c128_dtype dtype) { return (size_t)c128__dtype_bytes((int)dtype); }
+
+C128_API c128_status c128_build_info_get(c128_build_info *info) {
+  if (!info) return C128_ERROR_NULL_POINTER;
+  info->version = C128_VERSION_STRING;
+  info->version_number = C128_VERSION;
+  info->math = C128_MATH;
+  info->epilogue = C128_EPILOGUE;
+  info->instance_count = C128_INSTANCE_COUNT;
+  return C128_SUCCESS;
 }
 
 #define C128__DISPATCH(args, entry, ...)                                                                      \
@@ -1707,11 +2010,10 @@ C128_API c128_status c128_prefill_host(const c128_prefill_args *a, const c128_ho
 }
 #undef C128__DISPATCH
 
-C128_API uint16_t c128_bf16_from_float(float value) { return (uint16_t)c128__bf16_round(value); }
-C128_API float c128_bf16_to_float(uint16_t bits) { return c128__bf16_widen(bits); }
+C128_API uint16_t c128_bf16_from_float(float value) { return (uint16_t)c128__narrow_bf16(value); }
+C128_API float c128_bf16_to_float(uint16_t bits) { return c128__widen_bf16(bits); }
 
 /* >>checker ------------------------------------------------------------------------------- */
-
 static const char *c128__reason_text(int reason) {
   switch (reason) {
 #define C128__REASON_CASE(name, text) \
@@ -1723,18 +2025,39 @@ static const char *c128__reason_text(int reason) {
   return "unknown";
 }
 
+static const char *c128__kind_text(c128_plan_kind kind) {
+  switch (kind) {
+#define C128__KIND_CASE(name, value, text) \
+  case name:                               \
+    return text;
+    C128_PLAN_KINDS(C128__KIND_CASE)
+#undef C128__KIND_CASE
+  default:
+    break;
+  }
+  return "unknown";
+}
+
 static c128_status c128__report(c128_plan_report *r, c128_plan_kind kind, int64_t index, const char *fmt, ...) {
-  static const char *const kinds[] = {"decode", "compress", "write"};
   r->index = index;
   r->kind = kind;
   if (r->message && r->message_size) {
-    const int n = snprintf(r->message, r->message_size, "%s plan %lld: ", kinds[kind], (long long)index);
+    const int n = snprintf(r->message, r->message_size, "%s plan %lld: ", c128__kind_text(kind), (long long)index);
     va_list ap;
     va_start(ap, fmt);
     if (n >= 0 && (size_t)n < r->message_size) vsnprintf(r->message + n, r->message_size - (size_t)n, fmt, ap);
     va_end(ap);
   }
   return C128_ERROR_INVALID_PLAN;
+}
+
+/* The trait of the compiled instance the arguments name, as the generic launch finds it. */
+static c128_status c128__instance_trait(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od,
+                                        c128__trait *t) {
+  if (c128_find_instance(head_dim, sd, id, od) < 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
+  const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od};
+  *t = trait;
+  return C128_SUCCESS;
 }
 
 typedef struct c128__slot_use {
@@ -1747,75 +2070,69 @@ static int c128__slot_order(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
-/* Two plans writing one slot: report the later one. */
-static c128_status c128__find_shared_slot(c128__slot_use *uses, int64_t n, c128_plan_kind kind, c128_plan_report *r) {
+/* The first plan (lowest index) that writes a slot an earlier plan writes: its index, or `limit`
+   when none below it does. Frees `uses`. */
+static int64_t c128__first_shared_slot(c128__slot_use *uses, int64_t n, int64_t limit, int64_t *slot, int64_t *earlier) {
   qsort(uses, (size_t)n, sizeof *uses, c128__slot_order);
-  int64_t worst = -1, first = -1, slot = 0;
+  int64_t first = limit;
   for (int64_t i = 1; i < n; ++i)
-    if (uses[i].slot == uses[i - 1].slot && (worst < 0 || uses[i].index < worst))
-      worst = uses[i].index, first = uses[i - 1].index, slot = uses[i].slot;
+    if (uses[i].slot == uses[i - 1].slot && uses[i].index < first) {
+      first = uses[i].index, *slot = uses[i].slot;
+      for (int64_t k = i - 1; k >= 0 && uses[k].slot == uses[i].slot; --k) *earlier = uses[k].index;
+    }
   free(uses);
-  if (worst < 0) return C128_SUCCESS;
-  return c128__report(r, kind, worst, "writes state row %lld, as plan %lld does", (long long)slot, (long long)first);
+  return first;
 }
 
-/* The checkers' common arguments. They take any head_dim a table could hold (the plans do not
-   depend on an instance being compiled), so the trait comes from the arguments. */
-static c128_status c128__checker_start(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od,
-                                       int64_t state_pages, c128_shared_layout layout, c128_plan_report *report,
-                                       c128__trait *t) {
-  if (!report) return C128_ERROR_NULL_POINTER;
-  report->index = -1;
-  if (head_dim <= 0 || head_dim > C128_MAX_HEAD_DIM || head_dim % C128_TILE_DIM != 0)
-    return C128_ERROR_UNSUPPORTED_INSTANCE;
-  const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od};
-  *t = trait;
-  return c128__check_common(head_dim, sd, id, od, trait, state_pages, layout);
+/* Reports the earlier of a plan's own failure (own < limit, with its text) and a shared slot. */
+static c128_status c128__report_first(c128_plan_report *r, c128_plan_kind kind, c128__slot_use *uses, int64_t n,
+                                      int64_t own, const char *own_text) {
+  int64_t slot = 0, earlier = 0;
+  const int64_t limit = own >= 0 ? own : INT64_MAX;
+  const int64_t shared = c128__first_shared_slot(uses, n, limit, &slot, &earlier);
+  if (shared < limit)
+    return c128__report(r, kind, shared, "writes state row %lld, as plan %lld does", (long long)slot,
+                        (long long)earlier);
+  return own >= 0 ? c128__report(r, kind, own, "%s", own_text) : C128_SUCCESS;
 }
 
 C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_plan_report *report) {
-  if (!a) return C128_ERROR_NULL_POINTER;
+  if (!a || !report) return C128_ERROR_NULL_POINTER;
+  report->index = -1;
   c128__trait t;
-  c128_status st = c128__checker_start(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, a->state_pages,
-                                       a->layout, report, &t);
-  if (st != C128_SUCCESS) return st;
-  if (a->batch < 0 || a->output_rows < 0) return C128_ERROR_NEGATIVE_SIZE;
-  if (a->batch > 0 && !a->plans) return C128_ERROR_NULL_POINTER;
-  c128__slot_use *uses = (c128__slot_use *)malloc((size_t)(a->batch ? a->batch : 1) * sizeof *uses);
+  c128_status st = c128__instance_trait(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, &t);
+  if (st == C128_SUCCESS) st = c128__validate_decode(a, t, 0);
+  if (st != C128_SUCCESS || a->batch == 0) return st;
+  c128__slot_use *uses = (c128__slot_use *)malloc((size_t)a->batch * sizeof *uses);
   if (!uses) return C128_ERROR_OUT_OF_MEMORY;
   const c128__params p = c128__decode_params(a);
-  int64_t n = 0;
-  for (int64_t b = 0; b < a->batch; ++b) {
+  int64_t n = 0, own = -1;
+  char text[96] = "";
+  for (int64_t b = 0; b < a->batch && own < 0; ++b) {
     c128__decode_job job;
-    const int reason = c128__decode_prepare(&p, b, 0, &job);
+    const int reason = c128__decode_prepare(&p, b, 0, 0, &job);
     if (reason == C128__PADDING) continue;
     const c128_decode_plan plan = a->plans[b];
-    if (reason != C128__RUN) st = c128__report(report, C128_PLAN_DECODE, b, "%s", c128__reason_text(reason));
+    if (reason != C128__RUN) own = b, snprintf(text, sizeof text, "%s", c128__reason_text(reason));
     else if (job.boundary && plan.read_page_1 != plan.write_loc / C128_WINDOW)
-      st = c128__report(report, C128_PLAN_DECODE, b, "boundary write slot %d is not row 127 of read page %d",
-                        (int)plan.write_loc, (int)plan.read_page_1);
-    if (st != C128_SUCCESS) {
-      free(uses);
-      return st;
-    }
-    uses[n].slot = plan.write_loc, uses[n].index = b, ++n;
+      own = b, snprintf(text, sizeof text, "boundary write slot %d is not row 127 of read page %d", (int)plan.write_loc,
+                        (int)plan.read_page_1);
+    else uses[n].slot = plan.write_loc, uses[n].index = b, ++n;
   }
-  return c128__find_shared_slot(uses, n, C128_PLAN_DECODE, report);
+  return c128__report_first(report, C128_PLAN_DECODE, uses, n, own, text);
 }
 
 C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *a, c128_plan_report *report) {
-  if (!a) return C128_ERROR_NULL_POINTER;
+  if (!a || !report) return C128_ERROR_NULL_POINTER;
+  report->index = -1;
   c128__trait t;
-  c128_status st = c128__checker_start(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, a->state_pages,
-                                       a->layout, report, &t);
+  c128_status st = c128__instance_trait(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, &t);
+  if (st == C128_SUCCESS) st = c128__validate_prefill(a, t, 0);
   if (st != C128_SUCCESS) return st;
-  if (a->input_rows < 0 || a->output_rows < 0 || a->num_compress < 0 || a->num_write < 0)
-    return C128_ERROR_NEGATIVE_SIZE;
-  if ((a->num_compress && !a->compress_plans) || (a->num_write && !a->write_plans)) return C128_ERROR_NULL_POINTER;
-  const c128__params pc = c128__prefill_params(a, 1), pw = c128__prefill_params(a, 0);
+  const c128__params pc = c128__prefill_params(a, C128_PLAN_COMPRESS), pw = c128__prefill_params(a, C128_PLAN_WRITE);
   for (int64_t k = 0; k < a->num_compress; ++k) {
     c128__window w;
-    const int reason = c128__compress_prepare(&pc, t, k * C128_NUM_SPLIT(t.head_dim), &w);
+    const int reason = c128__compress_prepare(&pc, k, 0, 0, &w);
     if (reason != C128__RUN && reason != C128__PADDING)
       return c128__report(report, C128_PLAN_COMPRESS, k, "%s", c128__reason_text(reason));
     if (reason == C128__RUN && a->compress_plans[k].seq_len % C128_WINDOW != 0)
@@ -1824,22 +2141,22 @@ C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *a, c128_p
   }
   c128__slot_use *uses = (c128__slot_use *)malloc((size_t)(a->num_write ? a->num_write : 1) * sizeof *uses);
   if (!uses) return C128_ERROR_OUT_OF_MEMORY;
-  int64_t n = 0;
-  for (int64_t k = 0; k < a->num_write; ++k) {
+  int64_t n = 0, own = -1;
+  const char *text = "";
+  for (int64_t k = 0; k < a->num_write && own < 0; ++k) {
     int64_t src, dst;
-    const int reason = c128__write_prepare(&pw, k, &src, &dst);
+    const int reason = c128__write_prepare(&pw, k, 0, &src, &dst);
     if (reason == C128__PADDING) continue;
-    if (reason != C128__RUN) {
-      free(uses);
-      return c128__report(report, C128_PLAN_WRITE, k, "%s", c128__reason_text(reason));
-    }
-    uses[n].slot = a->write_plans[k].write_loc, uses[n].index = k, ++n;
+    if (reason != C128__RUN) own = k, text = c128__reason_text(reason);
+    else uses[n].slot = a->write_plans[k].write_loc, uses[n].index = k, ++n;
   }
-  return c128__find_shared_slot(uses, n, C128_PLAN_WRITE, report);
+  return c128__report_first(report, C128_PLAN_WRITE, uses, n, own, text);
 }
 
-/* >>planner (SPEC 5) ---------------------------------------------------------------------- */
-/* Shared by the host planner and the device planner: the per-request rules in closed form. */
+/* >>planners (DESIGN 5) ----------------------------------------------------------------------- */
+/* The per-request rules in closed form, shared by the host planners and the device planners. A
+   planner reads each request once, into a copy (host: scratch; device: the workspace), and works
+   from the copy only; pages are looked up, and checked, where a plan names them. */
 C128__FN int64_t c128__ring_tokens(const c128_ring *r) { return r->ring_tokens ? r->ring_tokens : C128_WINDOW; }
 
 static c128_status c128__check_ring(const c128_ring *r) {
@@ -1848,14 +2165,18 @@ static c128_status c128__check_ring(const c128_ring *r) {
   if (ring <= 0 || ring % C128_WINDOW != 0) return C128_ERROR_INVALID_RING;
   if (r->state_pages < 0 || (r->page_table && r->num_pool < 0)) return C128_ERROR_NEGATIVE_SIZE;
   if (r->state_pages > INT32_MAX / C128_WINDOW) return C128_ERROR_STATE_TOO_LARGE; /* write_loc is i32 */
-  if (r->page_table && r->page_table_stride < ring / C128_WINDOW) return C128_ERROR_INVALID_RING;
+  if (r->page_table && (r->page_table_stride < ring / C128_WINDOW ||
+                        (r->num_pool > 0 && r->page_table_stride > INT64_MAX / r->num_pool)))
+    return C128_ERROR_INVALID_RING; /* a row shorter than the ring, or a table past int64 */
+  if (c128__misaligned(r->page_table, sizeof(int32_t))) return C128_ERROR_MISALIGNED;
   return C128_SUCCESS;
 }
 
-/* page(rid, pos) of SPEC 5, checked against the pool and the state. */
+/* page(rid, pos) of DESIGN 5, checked against the pool and the state. */
 C128__FN c128_status c128__ring_page(const c128_ring *r, int32_t rid, int64_t pos, int32_t *page) {
   const int64_t ring = c128__ring_tokens(r), k = (pos % ring) / C128_WINDOW;
   int64_t pg;
+  if (pos < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (rid < 0 || (r->page_table && rid >= r->num_pool)) return C128_ERROR_POOL_INDEX_OUT_OF_RANGE;
   if (r->page_table) {
     pg = r->page_table[rid * r->page_table_stride + k];
@@ -1878,12 +2199,15 @@ typedef struct c128__shape {
 
 C128__FN int c128__absent(c128_request q) { return q.seq_len == 0 && q.extend_len == 0; }
 
-/* Argument rules of one request, in the host planner's order (the row limit comes next). */
+/* Argument rules of one request, in the order both planners apply them; the batch's row limit
+   comes next, the pages last. An absent request passes. */
 C128__FN c128_status c128__request_check(const c128_ring *r, c128_request q, int32_t verify) {
   const int64_t max_drafts = r->speculative ? c128__ring_tokens(r) - C128_WINDOW + 2 : 1;
+  if (c128__absent(q)) return C128_SUCCESS;
   if (q.seq_len < 0 || q.extend_len < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (q.extend_len == 0) return C128_ERROR_EMPTY_EXTEND;
   if (q.extend_len > q.seq_len) return C128_ERROR_EXTEND_EXCEEDS_SEQ;
+  if (q.extend_len > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS; /* before any work per row */
   if (verify && q.extend_len > max_drafts) return C128_ERROR_TOO_MANY_DRAFTS;
   return C128_SUCCESS;
 }
@@ -1904,7 +2228,8 @@ C128__FN c128__shape c128__request_shape(const c128_ring *r, c128_request q) {
 }
 
 /* Every page the request's plans name lies in the pool and the state. A request's pages differ
-   only by ring chunk, so one check per compress event and per 128 written positions suffices. */
+   only by ring chunk, so one check per compress event and per 128 written positions suffices
+   (at most 1026 lookups: extend_len <= 65536 is checked first). */
 C128__FN c128_status c128__request_pages(const c128_ring *r, c128_request q, c128__shape s) {
   int32_t page;
   c128_status st = C128_SUCCESS;
@@ -1918,33 +2243,31 @@ C128__FN c128_status c128__request_pages(const c128_ring *r, c128_request q, c12
   return st;
 }
 
-/* The m-th compress / write plan of a request whose first input row is `rag0` (pages checked). */
-C128__FN c128_compress_plan c128__compress_plan_of(const c128_ring *r, c128_request q, c128__shape s, int64_t m,
-                                                   int64_t rag0) {
+/* The m-th compress / write plan of a request whose first input row is `rag0`, or the status
+   of a page that is no longer valid (a page table changed during the call). */
+C128__FN c128_status c128__compress_plan_of(const c128_ring *r, c128_request q, c128__shape s, int64_t m,
+                                            int64_t rag0, c128_compress_plan *c) {
   const int64_t pos = s.first_event + m * C128_WINDOW, j = pos - s.prefix;
-  c128_compress_plan c;
-  c.seq_len = (uint32_t)(pos + 1);
-  c.ragged_id = (uint16_t)(rag0 + j);
-  c.buffer_len = (uint16_t)(j < C128__LAST_ROW ? C128__LAST_ROW - j : 0);
-  c128__ring_page(r, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &c.read_page_0);
-  c128__ring_page(r, q.pool_index, pos, &c.read_page_1);
-  return c;
+  c->seq_len = (uint32_t)(pos + 1);
+  c->ragged_id = (uint16_t)(rag0 + j);
+  c->buffer_len = (uint16_t)(j < C128__LAST_ROW ? C128__LAST_ROW - j : 0);
+  const c128_status st = c128__ring_page(r, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &c->read_page_0);
+  return st == C128_SUCCESS ? c128__ring_page(r, q.pool_index, pos, &c->read_page_1) : st;
 }
 
-C128__FN c128_write_plan c128__write_plan_of(const c128_ring *r, c128_request q, c128__shape s, int64_t m,
-                                             int64_t rag0) {
+C128__FN c128_status c128__write_plan_of(const c128_ring *r, c128_request q, c128__shape s, int64_t m, int64_t rag0,
+                                         c128_write_plan *w) {
   const int64_t pos = s.first_write + m;
   int32_t page = 0;
-  c128__ring_page(r, q.pool_index, pos, &page);
-  c128_write_plan w;
-  w.ragged_id = (uint32_t)(rag0 + pos - s.prefix);
-  w.write_loc = (int32_t)(page * C128_WINDOW + pos % C128_WINDOW);
-  return w;
+  const c128_status st = c128__ring_page(r, q.pool_index, pos, &page);
+  w->ragged_id = (uint32_t)(rag0 + pos - s.prefix);
+  w->write_loc = (int32_t)(page * C128_WINDOW + pos % C128_WINDOW);
+  return st;
 }
 
 /* A decode request's plan, or its status. */
 C128__FN c128_status c128__decode_plan_of(const c128_ring *r, c128_request q, c128_decode_plan *d) {
-  const c128_decode_plan padding = {0, -1, -1, -1};
+  const c128_decode_plan padding = C128_PADDING_DECODE_PLAN;
   *d = padding;
   if (q.seq_len < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (q.seq_len == 0) return C128_SUCCESS;
@@ -1960,63 +2283,179 @@ C128__FN c128_status c128__decode_plan_of(const c128_ring *r, c128_request q, c1
   return C128_SUCCESS;
 }
 
-/* Host planner: check the whole batch first, so that a bad batch leaves the arrays untouched. */
+/* The pages a batch writes, each owned by one request: an open-addressing table of
+   (page + 1) << 32 | request, 0 = empty, at least twice as many slots as the batch can write
+   pages before its row limit (512 + 2 per request). Insertion is lock-free, so the device
+   planner's threads share it; a page met with another request's id marks the batch. */
+C128__FN int64_t c128__page_table_slots(int64_t requests) {
+  int64_t slots = 64;
+  while (slots < 2 * (C128_MAX_PREFILL_ROWS / C128_WINDOW + 2 * requests)) slots *= 2;
+  return slots;
+}
+C128__FN uint64_t c128__cas64(uint64_t *slot, uint64_t expected, uint64_t desired) {
+#ifdef __CUDA_ARCH__
+  return atomicCAS((unsigned long long *)slot, (unsigned long long)expected, (unsigned long long)desired);
+#else
+  const uint64_t old = *slot;
+  if (old == expected) *slot = desired;
+  return old;
+#endif
+}
+/* Records that request `req` writes `page`; returns 0 when another request already does. */
+C128__FN int c128__claim_page(uint64_t *table, int64_t slots, int32_t page, int64_t req) {
+  const uint64_t word = ((uint64_t)(uint32_t)page + 1) << 32 | (uint32_t)req;
+  int64_t i = (int64_t)(((uint64_t)page * 0x9E3779B97F4A7C15ull) >> 40) & (slots - 1);
+  for (int64_t probe = 0; probe < slots; ++probe, i = (i + 1) & (slots - 1)) {
+    const uint64_t old = c128__cas64(&table[i], 0, word);
+    if (old == 0 || old == word) return 1;
+    if (old >> 32 == word >> 32) return 0;
+  }
+  return 1; /* full: only a batch past its row limit fills it, and that limit refuses it first */
+}
+/* Claims the pages of the request's written positions (one per 128 positions); 0 if shared. */
+C128__FN int c128__claim_written(const c128_ring *r, c128_request q, int64_t first, uint64_t *table, int64_t slots,
+                                 int64_t req) {
+  int32_t page;
+  for (int64_t pos = first; pos < q.seq_len; pos = (pos / C128_WINDOW + 1) * C128_WINDOW)
+    if (c128__ring_page(r, q.pool_index, pos, &page) == C128_SUCCESS && !c128__claim_page(table, slots, page, req))
+      return 0;
+  return 1;
+}
+
+/* Host scratch: a few KiB on the stack, malloc beyond. */
+typedef struct c128__scratch {
+  uint64_t stack[1024];
+  void *heap;
+} c128__scratch;
+static void *c128__scratch_get(c128__scratch *s, size_t bytes) {
+  s->heap = NULL;
+  if (bytes <= sizeof s->stack) return memset(s->stack, 0, bytes);
+  return s->heap = calloc(1, bytes);
+}
+
+/* [a, a + an) and [b, b + bn) in elements of their sizes. */
+static int c128__arrays_overlap(const void *a, int64_t an, size_t as, const void *b, int64_t bn, size_t bs) {
+  return an > 0 && bn > 0 && c128__overlap(a, (uint64_t)an * as, b, (uint64_t)bn * bs);
+}
+/* Bytes of a checked ring's page table (saturated: num_pool * stride fits int64). */
+C128__FN uint64_t c128__page_table_bytes(const c128_ring *r) {
+  if (!r->page_table || r->num_pool <= 0) return 0;
+  const uint64_t entries = (uint64_t)r->num_pool * (uint64_t)r->page_table_stride;
+  return entries > UINT64_MAX / sizeof(int32_t) ? UINT64_MAX : entries * sizeof(int32_t);
+}
+static int c128__ring_overlaps(const c128_ring *r, const void *plans, int64_t n, size_t size) {
+  return n > 0 && c128__overlap(r->page_table, c128__page_table_bytes(r), plans, (uint64_t)n * size);
+}
+
+/* Host planner: validate the batch into scratch first, so that a bad batch leaves the arrays
+   untouched. */
 C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request *requests, int64_t num_requests,
                                        int32_t verify, c128_prefill_plans *plans) {
-  c128_status st = c128__check_ring(ring);
+  if (!ring || !plans) return C128_ERROR_NULL_POINTER;
+  const c128_ring r = *ring;
+  c128_status st = c128__check_ring(&r);
   if (st != C128_SUCCESS) return st;
-  if (!plans || (num_requests > 0 && !requests)) return C128_ERROR_NULL_POINTER;
-  if (num_requests < 0 || plans->capacity < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (num_requests > 0 && !requests) return C128_ERROR_NULL_POINTER;
+  const int64_t capacity = plans->capacity;
+  c128_compress_plan *compress = plans->compress;
+  c128_write_plan *write = plans->write;
+  if (num_requests < 0 || capacity < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (capacity > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_PLANS; /* a launch refuses more */
+  if (num_requests > INT32_MAX / 2) return C128_ERROR_TOO_MANY_PLANS;
+  if (capacity > 0 && (!compress || !write)) return C128_ERROR_NULL_POINTER;
+  if (c128__misaligned(compress, sizeof *compress) || c128__misaligned(write, sizeof *write))
+    return C128_ERROR_MISALIGNED;
+  if (c128__arrays_overlap(requests, num_requests, sizeof *requests, compress, capacity, sizeof *compress) ||
+      c128__arrays_overlap(requests, num_requests, sizeof *requests, write, capacity, sizeof *write) ||
+      c128__arrays_overlap(compress, capacity, sizeof *compress, write, capacity, sizeof *write) ||
+      c128__ring_overlaps(&r, compress, capacity, sizeof *compress) || c128__ring_overlaps(&r, write, capacity, sizeof *write) ||
+      c128__arrays_overlap(plans, 1, sizeof *plans, compress, capacity, sizeof *compress) ||
+      c128__arrays_overlap(plans, 1, sizeof *plans, write, capacity, sizeof *write))
+    return C128_ERROR_ALIASED;
+  const int64_t slots = c128__page_table_slots(num_requests);
+  c128__scratch scratch;
+  c128_request *q = (c128_request *)c128__scratch_get(
+      &scratch, (size_t)num_requests * sizeof *q + (size_t)slots * sizeof(uint64_t) + sizeof(uint64_t));
+  if (!q) return C128_ERROR_OUT_OF_MEMORY;
+  uint64_t *claimed = (uint64_t *)(((uintptr_t)(q + num_requests) + 7) & ~(uintptr_t)7);
+  memcpy(q, requests, (size_t)num_requests * sizeof *q);
   int64_t rows = 0, nc = 0, nw = 0;
-  for (int64_t i = 0; i < num_requests; ++i) {
-    const c128_request q = requests[i];
-    if ((st = c128__request_check(ring, q, verify)) != C128_SUCCESS) return st;
-    if (rows + q.extend_len > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS;
-    const c128__shape s = c128__request_shape(ring, q);
-    if ((st = c128__request_pages(ring, q, s)) != C128_SUCCESS) return st;
-    rows += q.extend_len, nc += s.num_compress, nw += s.num_write;
+  for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i) {
+    if ((st = c128__request_check(&r, q[i], verify)) != C128_SUCCESS || c128__absent(q[i])) continue;
+    if (rows + q[i].extend_len > C128_MAX_PREFILL_ROWS) st = C128_ERROR_TOO_MANY_ROWS;
+    const c128__shape s = c128__request_shape(&r, q[i]);
+    if (st == C128_SUCCESS) st = c128__request_pages(&r, q[i], s);
+    rows += q[i].extend_len, nc += s.num_compress, nw += s.num_write;
   }
-  if (nc > plans->capacity || nw > plans->capacity) return C128_ERROR_CAPACITY_TOO_SMALL;
-  if (plans->capacity > 0 && (!plans->compress || !plans->write)) return C128_ERROR_NULL_POINTER;
+  if (st == C128_SUCCESS && (nc > capacity || nw > capacity)) st = C128_ERROR_CAPACITY_TOO_SMALL;
+  for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i)
+    if (!c128__absent(q[i]) && !c128__claim_written(&r, q[i], c128__request_shape(&r, q[i]).first_write, claimed, slots, i))
+      st = C128_ERROR_PAGE_SHARED;
   rows = nc = nw = 0;
-  for (int64_t i = 0; i < num_requests; ++i) {
-    const c128_request q = requests[i];
-    const c128__shape s = c128__request_shape(ring, q);
-    for (int64_t m = 0; m < s.num_compress; ++m) plans->compress[nc++] = c128__compress_plan_of(ring, q, s, m, rows);
-    for (int64_t m = 0; m < s.num_write; ++m) plans->write[nw++] = c128__write_plan_of(ring, q, s, m, rows);
-    rows += q.extend_len;
+  for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i) {
+    if (c128__absent(q[i])) continue;
+    const c128__shape s = c128__request_shape(&r, q[i]);
+    for (int64_t m = 0; m < s.num_compress && st == C128_SUCCESS; ++m)
+      st = c128__compress_plan_of(&r, q[i], s, m, rows, &compress[nc++]);
+    for (int64_t m = 0; m < s.num_write && st == C128_SUCCESS; ++m)
+      st = c128__write_plan_of(&r, q[i], s, m, rows, &write[nw++]);
+    rows += q[i].extend_len;
   }
+  free(scratch.heap);
+  if (st != C128_SUCCESS) return st;
   plans->num_compress = nc;
   plans->num_write = nw;
   if (plans->pad_to_capacity) {
     const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
     const c128_write_plan no_write = C128_INVALID_WRITE_PLAN;
-    for (int64_t k = nc; k < plans->capacity; ++k) plans->compress[k] = no_compress;
-    for (int64_t k = nw; k < plans->capacity; ++k) plans->write[k] = no_write;
+    for (int64_t k = nc; k < capacity; ++k) compress[k] = no_compress;
+    for (int64_t k = nw; k < capacity; ++k) write[k] = no_write;
   }
   return C128_SUCCESS;
 }
 
 C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request *requests, int64_t batch,
                                       c128_decode_plan *plans) {
-  c128_status st = c128__check_ring(ring);
+  if (!ring) return C128_ERROR_NULL_POINTER;
+  const c128_ring r = *ring;
+  c128_status st = c128__check_ring(&r);
   if (st != C128_SUCCESS) return st;
   if (batch < 0) return C128_ERROR_NEGATIVE_SIZE;
-  if (batch > 0 && (!requests || !plans)) return C128_ERROR_NULL_POINTER;
-  c128_decode_plan d;
-  for (int64_t b = 0; b < batch; ++b)
-    if ((st = c128__decode_plan_of(ring, requests[b], &d)) != C128_SUCCESS) return st;
-  for (int64_t b = 0; b < batch; ++b) c128__decode_plan_of(ring, requests[b], &plans[b]);
-  return C128_SUCCESS;
+  if (batch > INT32_MAX / 2) return C128_ERROR_TOO_MANY_PLANS;
+  if (batch == 0) return C128_SUCCESS;
+  if (!requests || !plans) return C128_ERROR_NULL_POINTER;
+  if (c128__misaligned(plans, sizeof *plans)) return C128_ERROR_MISALIGNED;
+  if (c128__arrays_overlap(requests, batch, sizeof *requests, plans, batch, sizeof *plans) ||
+      c128__ring_overlaps(&r, plans, batch, sizeof *plans))
+    return C128_ERROR_ALIASED;
+  const int64_t slots = c128__page_table_slots(batch);
+  c128__scratch scratch;
+  c128_decode_plan *d = (c128_decode_plan *)c128__scratch_get(
+      &scratch, (size_t)batch * sizeof *d + (size_t)slots * sizeof(uint64_t));
+  if (!d) return C128_ERROR_OUT_OF_MEMORY;
+  uint64_t *claimed = (uint64_t *)(d + batch);
+  for (int64_t b = 0; b < batch && st == C128_SUCCESS; ++b) {
+    const c128_request q = requests[b]; /* read once */
+    st = c128__decode_plan_of(&r, q, &d[b]);
+  }
+  for (int64_t b = 0; b < batch && st == C128_SUCCESS; ++b)
+    if (d[b].seq_len && !c128__claim_page(claimed, slots, d[b].read_page_1, b)) st = C128_ERROR_PAGE_SHARED;
+  if (st == C128_SUCCESS) memcpy(plans, d, (size_t)batch * sizeof *d);
+  free(scratch.heap);
+  return st;
 }
 
-/* >>planner on the device --------------------------------------------------------------------- */
-/* Kernel 1, one block: per-request checks and counts (phase A, a thread per request), then one
-   thread turns them into exclusive prefix sums and the first error (phase B), chunk by chunk.
-   Kernel 2: one thread per plan slot finds its request by binary search over the sums. */
+/* The device planners: two launches, each a block program of steps (as the kernels'), which
+   c128_plan_*_device_host runs on the CPU. Kernel 1 is one block: step 0 clears the written-page
+   table; then per chunk of 256 requests, a step in which thread t copies request base + t into
+   the workspace, checks it and counts its plans, and a step in which thread 0 turns the counts
+   into exclusive prefix sums and the first error; the last step publishes status and counts.
+   Kernel 2: one thread per plan slot finds its request by binary search over the sums and
+   computes its plan from the workspace's copy. */
 #define C128__PLAN_THREADS 256
 
-enum { C128__WS_STATUS, C128__WS_COMPRESS, C128__WS_WRITE, C128__WS_HEADER }; /* then 3 x (n + 1) sums */
+/* Workspace, in int64 words: the header, 3 x (n + 1) sums, the requests' copy, the page table. */
+enum { C128__WS_STATUS, C128__WS_COMPRESS, C128__WS_WRITE, C128__WS_SHARED, C128__WS_HEADER };
 
 typedef struct c128__plan_params {
   c128_device_plan_args a;
@@ -2033,23 +2472,46 @@ typedef struct c128__plan_chunk {
 C128__FN int64_t *c128__ws_sums(const c128__plan_params *p, int which) {
   return (int64_t *)p->a.workspace + C128__WS_HEADER + which * (p->a.num_requests + 1);
 }
+C128__FN c128_request *c128__ws_requests(const c128__plan_params *p) {
+  return (c128_request *)c128__ws_sums(p, 3);
+}
+C128__FN uint64_t *c128__ws_pages(const c128__plan_params *p) {
+  const int64_t n = p->a.num_requests;
+  return (uint64_t *)c128__ws_sums(p, 3) + (n * (int64_t)sizeof(c128_request) + 7) / 8;
+}
+
+C128_API size_t c128_plan_workspace_size(int64_t num_requests) {
+  if (num_requests < 0 || num_requests > INT32_MAX / 2) return 0;
+  const int64_t words = C128__WS_HEADER + 3 * (num_requests + 1) + (num_requests * (int64_t)sizeof(c128_request) + 7) / 8 +
+                        c128__page_table_slots(num_requests);
+  return (size_t)words * sizeof(int64_t);
+}
+
+C128__FN int c128__plan_steps(const c128__plan_params *p) {
+  return 2 + 2 * (int)((p->a.num_requests + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS);
+}
 
 C128__FN void c128__plan_count(const c128__plan_params *p, int64_t base, int tid, c128__plan_chunk *c) {
   const int64_t i = base + tid;
   c->check[tid] = c->pages[tid] = C128_SUCCESS;
   c->num_compress[tid] = c->num_write[tid] = c->rows[tid] = 0;
   if (i >= p->a.num_requests) return;
-  const c128_request q = p->a.requests[i];
+  const c128_request q = p->a.requests[i]; /* the one read of the caller's request */
+  c128__ws_requests(p)[i] = q;
+  const c128_ring *r = &p->a.ring;
+  uint64_t *claimed = c128__ws_pages(p), *shared = (uint64_t *)p->a.workspace + C128__WS_SHARED;
+  const int64_t slots = c128__page_table_slots(p->a.num_requests);
   if (p->decode) {
     c128_decode_plan d;
-    c->check[tid] = c128__decode_plan_of(&p->a.ring, q, &d);
+    c->check[tid] = c128__decode_plan_of(r, q, &d);
+    if (c->check[tid] == C128_SUCCESS && d.seq_len && !c128__claim_page(claimed, slots, d.read_page_1, i)) *shared = 1;
     return;
   }
-  if (c128__absent(q)) return;
-  if ((c->check[tid] = c128__request_check(&p->a.ring, q, p->a.verify)) != C128_SUCCESS) return;
-  const c128__shape s = c128__request_shape(&p->a.ring, q);
-  c->pages[tid] = c128__request_pages(&p->a.ring, q, s);
+  if ((c->check[tid] = c128__request_check(r, q, p->a.verify)) != C128_SUCCESS || c128__absent(q)) return;
+  const c128__shape s = c128__request_shape(r, q);
+  c->pages[tid] = c128__request_pages(r, q, s);
   c->num_compress[tid] = s.num_compress, c->num_write[tid] = s.num_write, c->rows[tid] = q.extend_len;
+  if (c->pages[tid] == C128_SUCCESS && !c128__claim_written(r, q, s.first_write, claimed, slots, i)) *shared = 1;
 }
 
 C128__FN void c128__plan_scan(const c128__plan_params *p, int64_t base, c128__plan_chunk *c) {
@@ -2067,17 +2529,38 @@ C128__FN void c128__plan_scan(const c128__plan_params *p, int64_t base, c128__pl
 
 C128__FN void c128__plan_finish(const c128__plan_params *p, c128__plan_chunk *c) {
   const int64_t n = p->a.num_requests;
+  int64_t *ws = (int64_t *)p->a.workspace;
   c128__ws_sums(p, 0)[n] = c->total_compress, c128__ws_sums(p, 1)[n] = c->total_write;
   c128__ws_sums(p, 2)[n] = c->total_rows;
   if (c->status == C128_SUCCESS && !p->decode && (c->total_compress > p->a.capacity || c->total_write > p->a.capacity))
     c->status = C128_ERROR_CAPACITY_TOO_SMALL;
+  if (c->status == C128_SUCCESS && ws[C128__WS_SHARED]) c->status = C128_ERROR_PAGE_SHARED;
   const int ok = c->status == C128_SUCCESS && !p->decode;
-  int64_t *ws = (int64_t *)p->a.workspace;
   ws[C128__WS_STATUS] = c->status;
   ws[C128__WS_COMPRESS] = ok ? c->total_compress : 0;
   ws[C128__WS_WRITE] = ok ? c->total_write : 0;
   *p->a.status = c->status;
   if (p->a.counts) p->a.counts[0] = ws[C128__WS_COMPRESS], p->a.counts[1] = ws[C128__WS_WRITE];
+}
+
+/* Step `step` of kernel 1 for thread tid. */
+C128__FN void c128__plan_step(const c128__plan_params *p, int step, int tid, c128__plan_chunk *c) {
+  const int last = c128__plan_steps(p) - 1;
+  if (step == 0) {
+    const int64_t slots = c128__page_table_slots(p->a.num_requests);
+    uint64_t *claimed = c128__ws_pages(p);
+    for (int64_t k = tid; k < slots; k += C128__PLAN_THREADS) claimed[k] = 0;
+    if (tid == 0) {
+      ((int64_t *)p->a.workspace)[C128__WS_SHARED] = 0;
+      c->total_compress = c->total_write = c->total_rows = 0, c->status = C128_SUCCESS;
+    }
+  } else if (step == last) {
+    if (tid == 0) c128__plan_finish(p, c);
+  } else {
+    const int64_t base = (int64_t)((step - 1) / 2) * C128__PLAN_THREADS;
+    if ((step - 1) % 2 == 0) c128__plan_count(p, base, tid, c);
+    else if (tid == 0) c128__plan_scan(p, base, c);
+  }
 }
 
 /* Request owning plan slot k: the last i with sums[i] <= k (sums non-decreasing). */
@@ -2091,85 +2574,136 @@ C128__FN int64_t c128__owner(const int64_t *sums, int64_t n, int64_t k) {
   return lo;
 }
 
+/* Kernel 2, slot k. A page that no longer checks (a page table changed between the kernels)
+   gives a sentinel and marks the batch. */
 C128__FN void c128__plan_emit(const c128__plan_params *p, int64_t k) {
   const int64_t *ws = (const int64_t *)p->a.workspace;
   const c128_device_plan_args *a = &p->a;
+  const c128_request *q = c128__ws_requests(p);
+  c128_status st = C128_SUCCESS;
   if (p->decode) {
     if (k >= a->num_requests) return;
     c128_decode_plan d;
-    c128__decode_plan_of(&a->ring, a->requests[k], &d);
-    const c128_decode_plan padding = {0, -1, -1, -1};
-    a->decode[k] = ws[C128__WS_STATUS] == C128_SUCCESS ? d : padding;
-    return;
+    if (ws[C128__WS_STATUS] == C128_SUCCESS) st = c128__decode_plan_of(&a->ring, q[k], &d);
+    const c128_decode_plan padding = C128_PADDING_DECODE_PLAN;
+    a->decode[k] = ws[C128__WS_STATUS] == C128_SUCCESS && st == C128_SUCCESS ? d : padding;
+  } else {
+    if (k >= a->capacity) return;
+    const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
+    const c128_write_plan no_write = C128_INVALID_WRITE_PLAN;
+    c128_compress_plan c = no_compress;
+    c128_write_plan w = no_write;
+    if (k < ws[C128__WS_COMPRESS]) {
+      const int64_t *sums = c128__ws_sums(p, 0), i = c128__owner(sums, a->num_requests, k);
+      st = c128__compress_plan_of(&a->ring, q[i], c128__request_shape(&a->ring, q[i]), k - sums[i],
+                                  c128__ws_sums(p, 2)[i], &c);
+      if (st != C128_SUCCESS) c = no_compress;
+    }
+    if (k < ws[C128__WS_WRITE]) {
+      const int64_t *sums = c128__ws_sums(p, 1), i = c128__owner(sums, a->num_requests, k);
+      const c128_status sw = c128__write_plan_of(&a->ring, q[i], c128__request_shape(&a->ring, q[i]), k - sums[i],
+                                                 c128__ws_sums(p, 2)[i], &w);
+      if (sw != C128_SUCCESS) w = no_write, st = sw;
+    }
+    a->compress[k] = c;
+    a->write[k] = w;
   }
-  if (k >= a->capacity) return;
-  const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
-  const c128_write_plan no_write = C128_INVALID_WRITE_PLAN;
-  c128_compress_plan c = no_compress;
-  c128_write_plan w = no_write;
-  if (k < ws[C128__WS_COMPRESS]) {
-    const int64_t *sums = c128__ws_sums(p, 0), i = c128__owner(sums, a->num_requests, k);
-    const c128_request q = a->requests[i];
-    c = c128__compress_plan_of(&a->ring, q, c128__request_shape(&a->ring, q), k - sums[i], c128__ws_sums(p, 2)[i]);
+  if (st != C128_SUCCESS) {
+    *a->status = st;
+    if (a->counts) a->counts[0] = a->counts[1] = 0;
   }
-  if (k < ws[C128__WS_WRITE]) {
-    const int64_t *sums = c128__ws_sums(p, 1), i = c128__owner(sums, a->num_requests, k);
-    const c128_request q = a->requests[i];
-    w = c128__write_plan_of(&a->ring, q, c128__request_shape(&a->ring, q), k - sums[i], c128__ws_sums(p, 2)[i]);
-  }
-  a->compress[k] = c;
-  a->write[k] = w;
 }
 
 static __global__ void __launch_bounds__(C128__PLAN_THREADS) c128__plan_count_kernel(const c128__plan_params p) {
   __shared__ c128__plan_chunk c;
   c128__pdl_wait();
-  if (threadIdx.x == 0) c.total_compress = c.total_write = c.total_rows = 0, c.status = C128_SUCCESS;
-  for (int64_t base = 0; base < p.a.num_requests; base += C128__PLAN_THREADS) {
-    __syncthreads();
-    c128__plan_count(&p, base, (int)threadIdx.x, &c);
-    __syncthreads();
-    if (threadIdx.x == 0) c128__plan_scan(&p, base, &c);
-  }
-  if (threadIdx.x == 0) c128__plan_finish(&p, &c);
   c128__pdl_trigger();
+  const int steps = c128__plan_steps(&p);
+  for (int s = 0; s < steps; ++s) {
+    if (s) __syncthreads();
+    c128__plan_step(&p, s, (int)threadIdx.x, &c);
+  }
 }
 
 static __global__ void __launch_bounds__(C128__PLAN_THREADS) c128__plan_emit_kernel(const c128__plan_params p) {
   c128__pdl_wait();
-  c128__plan_emit(&p, (int64_t)blockIdx.x * C128__PLAN_THREADS + threadIdx.x);
   c128__pdl_trigger();
+  c128__plan_emit(&p, (int64_t)blockIdx.x * C128__PLAN_THREADS + threadIdx.x);
 }
 
-C128_API size_t c128_plan_workspace_size(int64_t num_requests) {
-  return num_requests < 0 ? 0 : (size_t)(C128__WS_HEADER + 3 * (num_requests + 1)) * sizeof(int64_t);
+/* A refused call's status, for a captured step to read. */
+static __global__ void c128__plan_refused_kernel(int32_t *status, int64_t *counts, int32_t value) {
+  *status = value;
+  if (counts) counts[0] = counts[1] = 0;
 }
 
 static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, int decode) {
-  if (!a) return C128_ERROR_NULL_POINTER;
   c128_status st = c128__check_ring(&a->ring);
   if (st != C128_SUCCESS) return st;
   if (a->num_requests < 0 || a->capacity < 0) return C128_ERROR_NEGATIVE_SIZE;
-  if (a->num_requests > INT32_MAX / 2) return C128_ERROR_TOO_MANY_PLANS;
+  if (a->num_requests > INT32_MAX / 2 || (!decode && a->capacity > C128_MAX_PREFILL_ROWS))
+    return C128_ERROR_TOO_MANY_PLANS;
   if (!a->status || !a->workspace || (a->num_requests > 0 && !a->requests)) return C128_ERROR_NULL_POINTER;
   if (decode ? a->num_requests > 0 && !a->decode : a->capacity > 0 && (!a->compress || !a->write))
     return C128_ERROR_NULL_POINTER;
   if (c128__misaligned(a->workspace, sizeof(int64_t)) || c128__misaligned(a->counts, sizeof(int64_t)) ||
-      c128__misaligned(a->compress, sizeof(c128_compress_plan)) ||
+      c128__misaligned(a->status, sizeof(int32_t)) || c128__misaligned(a->compress, sizeof(c128_compress_plan)) ||
       c128__misaligned(a->write, sizeof(c128_write_plan)) || c128__misaligned(a->decode, sizeof(c128_decode_plan)) ||
       c128__misaligned(a->requests, sizeof(int32_t)))
     return C128_ERROR_MISALIGNED;
+  const uint64_t ws = c128_plan_workspace_size(a->num_requests);
+  const c128__extent out[5] = {{a->workspace, ws},
+                               {decode ? NULL : a->compress, (uint64_t)a->capacity * sizeof(c128_compress_plan)},
+                               {decode ? NULL : a->write, (uint64_t)a->capacity * sizeof(c128_write_plan)},
+                               {decode ? a->decode : NULL, (uint64_t)a->num_requests * sizeof(c128_decode_plan)},
+                               {a->counts, 2 * sizeof(int64_t)}};
+  const c128__extent in[3] = {{a->requests, (uint64_t)a->num_requests * sizeof(c128_request)},
+                              {a->ring.page_table, c128__page_table_bytes(&a->ring)},
+                              {a->status, sizeof(int32_t)}};
+  for (int i = 0; i < 5; ++i) {
+    for (int j = i + 1; j < 5; ++j)
+      if (c128__overlap(out[i].ptr, out[i].bytes, out[j].ptr, out[j].bytes)) return C128_ERROR_ALIASED;
+    for (int j = 0; j < 3; ++j)
+      if (c128__overlap(out[i].ptr, out[i].bytes, in[j].ptr, in[j].bytes)) return C128_ERROR_ALIASED;
+  }
   return C128_SUCCESS;
 }
 
-static c128_status c128__plan_device(const c128_device_plan_args *a, int decode, cudaStream_t stream) {
+/* The refusal also goes to *status (and zero counts) where those pointers are usable. */
+static c128_status c128__plan_refuse(const c128_device_plan_args *a, c128_status st, int on_device, cudaStream_t stream) {
+  if (!a || !a->status || c128__misaligned(a->status, sizeof(int32_t))) return st;
+  int64_t *counts = a->counts && !c128__misaligned(a->counts, sizeof(int64_t)) ? a->counts : NULL;
+  if (!on_device) {
+    *a->status = st;
+    if (counts) counts[0] = counts[1] = 0;
+    return st;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(1, 1, 1), config.blockDim = dim3(1, 1, 1), config.stream = stream;
+  int32_t value = st;
+  void *args[3] = {(void *)&a->status, (void *)&counts, (void *)&value};
+  (void)cudaLaunchKernelExC(&config, (const void *)c128__plan_refused_kernel, args);
+  return st;
+}
+
+static c128_status c128__plan_device(const c128_device_plan_args *a, int decode, cudaStream_t stream, int on_device) {
+  if (!a) return C128_ERROR_NULL_POINTER;
   const c128_status st = c128__check_device_plan_args(a, decode);
-  if (st != C128_SUCCESS) return st;
+  if (st != C128_SUCCESS) return c128__plan_refuse(a, st, on_device, stream);
   c128__plan_params p;
   memset(&p, 0, sizeof p);
   p.a = *a;
   p.decode = decode;
   const int64_t slots = decode ? a->num_requests : a->capacity;
+  if (!on_device) {
+    c128__plan_chunk c;
+    memset(&c, 0, sizeof c);
+    const int steps = c128__plan_steps(&p);
+    for (int s = 0; s < steps; ++s)
+      for (int tid = 0; tid < C128__PLAN_THREADS; ++tid) c128__plan_step(&p, s, tid, &c);
+    for (int64_t k = 0; k < slots; ++k) c128__plan_emit(&p, k);
+    return C128_SUCCESS;
+  }
   c128_status launched = c128__launch((const void *)c128__plan_count_kernel, 1, C128__PLAN_THREADS, a->pdl, stream, &p);
   if (launched == C128_SUCCESS && slots > 0)
     launched = c128__launch((const void *)c128__plan_emit_kernel, (slots + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS,
@@ -2177,36 +2711,17 @@ static c128_status c128__plan_device(const c128_device_plan_args *a, int decode,
   return launched;
 }
 
-static c128_status c128__plan_device_on_host(const c128_device_plan_args *a, int decode) {
-  const c128_status st = c128__check_device_plan_args(a, decode);
-  if (st != C128_SUCCESS) return st;
-  c128__plan_params p;
-  memset(&p, 0, sizeof p);
-  p.a = *a;
-  p.decode = decode;
-  c128__plan_chunk c;
-  c.total_compress = c.total_write = c.total_rows = 0, c.status = C128_SUCCESS;
-  for (int64_t base = 0; base < a->num_requests; base += C128__PLAN_THREADS) {
-    for (int tid = 0; tid < C128__PLAN_THREADS; ++tid) c128__plan_count(&p, base, tid, &c);
-    c128__plan_scan(&p, base, &c);
-  }
-  c128__plan_finish(&p, &c);
-  const int64_t slots = decode ? a->num_requests : a->capacity;
-  for (int64_t k = 0; k < slots; ++k) c128__plan_emit(&p, k);
-  return C128_SUCCESS;
-}
-
 C128_API c128_status c128_plan_prefill_device(const c128_device_plan_args *a, cudaStream_t s) {
-  return c128__plan_device(a, 0, s);
+  return c128__plan_device(a, 0, s, 1);
 }
 C128_API c128_status c128_plan_decode_device(const c128_device_plan_args *a, cudaStream_t s) {
-  return c128__plan_device(a, 1, s);
+  return c128__plan_device(a, 1, s, 1);
 }
 C128_API c128_status c128_plan_prefill_device_host(const c128_device_plan_args *a) {
-  return c128__plan_device_on_host(a, 0);
+  return c128__plan_device(a, 0, NULL, 0);
 }
 C128_API c128_status c128_plan_decode_device_host(const c128_device_plan_args *a) {
-  return c128__plan_device_on_host(a, 1);
+  return c128__plan_device(a, 1, NULL, 0);
 }
 
 #endif /* C128_IMPLEMENTATION */

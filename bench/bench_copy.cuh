@@ -5,9 +5,7 @@
    copies built with different epilogues link into one binary and can be timed A B A B in one
    run; the wrappers below are the only exported names. */
 #define C128_STATIC
-#define C128_INSTANCES(X)                                                     \
-  X(h512_f32_f32_f32, 512, float, float, float, C128_F32, C128_F32, C128_F32) \
-  X(h512_bf16_f32_f32, 512, c128__bf16, float, float, C128_BF16, C128_F32, C128_F32)
+#define C128_INSTANCES(X) C128_ROW(X, 512, f32, f32, f32) C128_ROW(X, 512, bf16, f32, f32)
 #include "bench.h"
 #include "c128.cuh"
 

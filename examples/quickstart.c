@@ -79,12 +79,12 @@ int main(int argc, char **argv) {
   const int pool_index[NUM_REQ] = {2, 0, 1}; /* rows of the pool, not batch positions */
   const int64_t pages = 3;                   /* legacy layout: page = pool index */
 
-  float *state = malloc((size_t)pages * REF_WINDOW * ROW * sizeof(float));
-  float *input = malloc(MAX_TOKENS * (size_t)ROW * sizeof(float));
-  float *output = malloc(MAX_TOKENS * (size_t)HEAD_DIM * sizeof(float));
-  float ape[REF_WINDOW * HEAD_DIM];
-  for (int i = 0; i < REF_WINDOW * HEAD_DIM; ++i) ape[i] = 0.25f * sinf(0.37f * (float)i);
-  for (size_t i = 0; i < (size_t)pages * REF_WINDOW * ROW; ++i) state[i] = NAN; /* never read unwritten */
+  float *h_state = malloc((size_t)pages * REF_WINDOW * ROW * sizeof(float));
+  float *h_input = malloc(MAX_TOKENS * (size_t)ROW * sizeof(float));
+  float *h_output = malloc(MAX_TOKENS * (size_t)HEAD_DIM * sizeof(float));
+  float h_ape[REF_WINDOW * HEAD_DIM];
+  for (int i = 0; i < REF_WINDOW * HEAD_DIM; ++i) h_ape[i] = 0.25f * sinf(0.37f * (float)i);
+  for (size_t i = 0; i < (size_t)pages * REF_WINDOW * ROW; ++i) h_state[i] = NAN; /* never read unwritten */
   c128_compress_plan compress[MAX_TOKENS];
   c128_write_plan write[MAX_TOKENS];
   c128_decode_plan decode[NUM_REQ];
@@ -94,8 +94,8 @@ int main(int argc, char **argv) {
     CUDA(cudaMalloc(&dev.output, MAX_TOKENS * (size_t)HEAD_DIM * sizeof(float)));
     CUDA(cudaMalloc(&dev.plans_a, sizeof compress));
     CUDA(cudaMalloc(&dev.plans_b, sizeof write));
-    CUDA(cudaMalloc((void **)&dev.ape, sizeof ape));
-    CUDA(cudaMemcpy(dev.state, state, (size_t)pages * REF_WINDOW * ROW * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA(cudaMalloc((void **)&dev.ape, sizeof h_ape));
+    CUDA(cudaMemcpy(dev.state, h_state, (size_t)pages * REF_WINDOW * ROW * sizeof(float), cudaMemcpyHostToDevice));
   }
 
   /* 1. Prefill: plan the batch, gather the new tokens in batch order, compress and persist. */
@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
   int rows = 0;
   for (int i = 0; i < NUM_REQ; ++i) {
     req[i].pool_index = pool_index[i], req[i].seq_len = prompt[i], req[i].extend_len = prompt[i];
-    for (int p = 0; p < prompt[i]; ++p) make_token(i, p, input + (size_t)rows++ * ROW);
+    for (int p = 0; p < prompt[i]; ++p) make_token(i, p, h_input + (size_t)rows++ * ROW);
   }
   c128_prefill_plans plans = {0};
   plans.compress = compress, plans.write = write, plans.capacity = rows;
@@ -114,12 +114,12 @@ int main(int argc, char **argv) {
   c128_prefill_args a = {0};
   a.head_dim = HEAD_DIM;
   a.state_dtype = C128_F32, a.input_dtype = C128_F32, a.output_dtype = C128_F32;
-  a.state = use_gpu ? dev.state : state;
+  a.state = use_gpu ? dev.state : h_state;
   a.state_pages = pages;
-  a.input = upload(dev.input, input, (size_t)rows * ROW * sizeof(float));
+  a.input = upload(dev.input, h_input, (size_t)rows * ROW * sizeof(float));
   a.input_rows = rows;
-  a.ape = upload(dev.ape, ape, sizeof ape);
-  a.output = use_gpu ? dev.output : output;
+  a.ape = upload(dev.ape, h_ape, sizeof h_ape);
+  a.output = use_gpu ? dev.output : h_output;
   a.output_rows = plans.capacity;
   a.compress_plans = upload(dev.plans_a, compress, (size_t)plans.num_compress * sizeof *compress);
   a.num_compress = plans.num_compress;
@@ -127,14 +127,14 @@ int main(int argc, char **argv) {
   a.num_write = plans.num_write;
   CHECK(use_gpu ? c128_prefill(&a, 0) : c128_prefill_host(&a, NULL));
   if (use_gpu)
-    CUDA(cudaMemcpy(output, dev.output, (size_t)plans.num_compress * HEAD_DIM * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA(cudaMemcpy(h_output, dev.output, (size_t)plans.num_compress * HEAD_DIM * sizeof(float), cudaMemcpyDeviceToHost));
 
   /* Which request and window each compress plan belongs to: plans are in (request, position) order. */
   double worst = 0.0, prefill_worst;
   int64_t k = 0;
   for (int i = 0; i < NUM_REQ; ++i)
     for (int w = 0; w < prompt[i] / REF_WINDOW; ++w, ++k) {
-      worst = worse(check_window(output + k * HEAD_DIM, i, w, ape), worst);
+      worst = worse(check_window(h_output + k * HEAD_DIM, i, w, h_ape), worst);
     }
   printf("path: %s\n", use_gpu ? "GPU (CUDA kernels)" : "CPU (host runner)");
   printf("prefill: %d requests, %d tokens -> %lld windows compressed, %lld rows persisted, max rel err %.2e\n", NUM_REQ,
@@ -145,29 +145,32 @@ int main(int argc, char **argv) {
   memcpy(seq, prompt, sizeof seq);
   prefill_worst = worst;
   worst = 0.0;
+  const cudaStream_t stream = 0;
   for (int done = 0; !done; ++steps) {
     for (int i = 0; i < NUM_REQ; ++i) {
       req[i].seq_len = ++seq[i], req[i].extend_len = 1;
-      make_token(i, seq[i] - 1, input + (size_t)i * ROW);
+      make_token(i, seq[i] - 1, h_input + (size_t)i * ROW);
     }
     CHECK(c128_plan_decode(&ring, req, NUM_REQ, decode));
-    c128_decode_args d = {0};
+    /* The decode step's tensors: device copies on the GPU, the host arrays on the CPU. */
+    void *const state = a.state, *const output = a.output;
+    const void *const input = upload(dev.input, h_input, NUM_REQ * (size_t)ROW * sizeof(float));
+    const float *const ape = a.ape;
+    const c128_decode_plan *const plans = upload(dev.plans_a, decode, sizeof decode);
+    c128_decode_args d = {0}; /* zero: unsharded state, no PDL, automatic grouping */
     d.head_dim = HEAD_DIM;
     d.state_dtype = C128_F32, d.input_dtype = C128_F32, d.output_dtype = C128_F32;
-    d.state = a.state;
-    d.state_pages = pages;
-    d.input = upload(dev.input, input, NUM_REQ * (size_t)ROW * sizeof(float));
-    d.ape = a.ape;
-    d.output = a.output;
-    d.output_rows = NUM_REQ;
-    d.plans = upload(dev.plans_a, decode, sizeof decode);
-    d.batch = NUM_REQ;
-    CHECK(use_gpu ? c128_decode(&d, 0) : c128_decode_host(&d, NULL));
-    if (use_gpu) CUDA(cudaMemcpy(output, dev.output, NUM_REQ * HEAD_DIM * sizeof(float), cudaMemcpyDeviceToHost));
+    d.state = state, d.state_pages = pages;   /* [pages, 128, 2 * HEAD_DIM] */
+    d.input = input, d.batch = NUM_REQ;       /* row b: request b's new token */
+    d.ape = ape;                              /* [128, HEAD_DIM], f32 */
+    d.output = output, d.output_rows = NUM_REQ; /* row b written when request b completes a window */
+    d.plans = plans;                          /* from c128_plan_decode */
+    CHECK(use_gpu ? c128_decode(&d, stream) : c128_decode_host(&d, NULL));
+    if (use_gpu) CUDA(cudaMemcpy(h_output, dev.output, NUM_REQ * HEAD_DIM * sizeof(float), cudaMemcpyDeviceToHost));
     done = 1;
     for (int i = 0; i < NUM_REQ; ++i) {
       if (seq[i] % REF_WINDOW == 0) { /* this step completed a window of request i */
-        worst = worse(check_window(output + (size_t)i * HEAD_DIM, i, seq[i] / REF_WINDOW - 1, ape), worst);
+        worst = worse(check_window(h_output + (size_t)i * HEAD_DIM, i, seq[i] / REF_WINDOW - 1, h_ape), worst);
         ++emitted;
       }
       done &= seq[i] / REF_WINDOW > prompt[i] / REF_WINDOW;
@@ -180,6 +183,6 @@ int main(int argc, char **argv) {
     cudaFree(dev.state), cudaFree(dev.input), cudaFree(dev.output), cudaFree(dev.plans_a), cudaFree(dev.plans_b);
     cudaFree(dev.ape);
   }
-  free(state), free(input), free(output);
+  free(h_state), free(h_input), free(h_output);
   return ok ? 0 : 1;
 }

@@ -13,13 +13,9 @@
 #define C128_IMPLEMENTATION
 /* A small instance table: the two production dtype sets, bf16 throughout, a mixed one, and the
    smallest and a wider head_dim (1 and 4 splits per compress event). */
-#define C128_INSTANCES(X)                                                                          \
-  X(h128_f32_f32_f32, 128, float, float, float, C128_F32, C128_F32, C128_F32)                      \
-  X(h128_bf16_bf16_bf16, 128, c128__bf16, c128__bf16, c128__bf16, C128_BF16, C128_BF16, C128_BF16) \
-  X(h128_bf16_f32_f32, 128, c128__bf16, float, float, C128_BF16, C128_F32, C128_F32)               \
-  X(h128_f32_bf16_bf16, 128, float, c128__bf16, c128__bf16, C128_F32, C128_BF16, C128_BF16)        \
-  X(h64_bf16_f32_bf16, 64, c128__bf16, float, c128__bf16, C128_BF16, C128_F32, C128_BF16)          \
-  X(h256_f32_f32_f32, 256, float, float, float, C128_F32, C128_F32, C128_F32)
+#define C128_INSTANCES(X)                                                                     \
+  C128_ROW(X, 128, f32, f32, f32) C128_ROW(X, 128, bf16, bf16, bf16) C128_ROW(X, 128, bf16, f32, f32) \
+  C128_ROW(X, 128, f32, bf16, bf16) C128_ROW(X, 64, bf16, f32, bf16) C128_ROW(X, 256, f32, f32, f32)
 #include "../c128.cuh"
 
 #include <math.h>

@@ -18,12 +18,7 @@ static fz_lib_decode fz_lib_decode_reason(const c128_decode_args *a, int64_t b) 
   const c128__params p = c128__decode_params(a);
   c128__decode_job job;
   memset(&job, 0, sizeof job);
-#ifdef C128_MAX_DECODE_GROUP
-  const int reason = c128__decode_prepare(&p, b, 0, &job);
-#else
-  const c128__trait t = {a->head_dim, (int)a->state_dtype, (int)a->input_dtype, (int)a->output_dtype};
-  const int reason = c128__decode_prepare(&p, t, b * C128_NUM_SPLIT(a->head_dim), &job);
-#endif
+  const int reason = c128__decode_prepare(&p, b, 0, 0, &job);
   fz_lib_decode d = {
       reason, job.write ? job.write_row : -1, job.boundary, job.win.state_row0, job.win.out_row, job.win.buffer_len};
   return d;
@@ -36,18 +31,17 @@ typedef struct fz_lib_compress {
 } fz_lib_compress;
 
 static fz_lib_compress fz_lib_compress_reason(const c128_prefill_args *a, int64_t k) {
-  const c128__params p = c128__prefill_params(a, 1);
-  const c128__trait t = {a->head_dim, (int)a->state_dtype, (int)a->input_dtype, (int)a->output_dtype};
+  const c128__params p = c128__prefill_params(a, C128_PLAN_COMPRESS);
   c128__window w;
   memset(&w, 0, sizeof w);
-  const int reason = c128__compress_prepare(&p, t, k * C128_NUM_SPLIT(a->head_dim), &w);
+  const int reason = c128__compress_prepare(&p, k, 0, 0, &w);
   fz_lib_compress c = {reason, w.state_row0, w.input_row0, w.out_row, w.buffer_len};
   return c;
 }
 
 static int fz_lib_write_reason(const c128_prefill_args *a, int64_t k, int64_t *src, int64_t *dst) {
-  const c128__params p = c128__prefill_params(a, 0);
-  return c128__write_prepare(&p, k, src, dst);
+  const c128__params p = c128__prefill_params(a, C128_PLAN_WRITE);
+  return c128__write_prepare(&p, k, 0, src, dst);
 }
 
 static const char *fz_lib_reason_text(int reason) { return c128__reason_text(reason); }
@@ -55,9 +49,8 @@ static const char *fz_lib_reason_text(int reason) { return c128__reason_text(rea
 /* Requests per decode block the host runner uses (0 = automatic), and the grouping's limit. */
 #ifdef C128_MAX_DECODE_GROUP
 #define FZ_MAX_GROUP C128_MAX_DECODE_GROUP
-static int32_t fz_host_group(const c128_decode_args *a) {
-  const c128__trait t = {a->head_dim, (int)a->state_dtype, (int)a->input_dtype, (int)a->output_dtype};
-  return c128__decode_group(a, t, 132);
+static int32_t fz_host_group(const c128_decode_args *a) { /* the launch's rule, with the host runner's SM count */
+  return a->requests_per_block > 0 ? a->requests_per_block : c128_decode_group_size(a->batch, a->head_dim, 132);
 }
 static void fz_set_group(c128_decode_args *a, int32_t g) { a->requests_per_block = g; }
 #else

@@ -33,7 +33,14 @@ float rng_randn(rng *r) {
   return v != 0.0f ? v : 0.5f; /* never a zero */
 }
 
-size_t dtype_size(c128_dtype dtype) { return dtype == C128_BF16 ? 2 : 4; }
+size_t dtype_size(c128_dtype dtype) { return c128_dtype_size(dtype); }
+
+const instance_entry *instance(c128_instance_id id) {
+  static instance_entry table[C128_INSTANCE_COUNT];
+  cr_assert(id >= 0 && id < C128_INSTANCE_COUNT);
+  if (!table[id].name) cr_assert_eq(c128_instance_info_get((int)id, &table[id]), C128_SUCCESS);
+  return &table[id];
+}
 
 float elem_get(const void *base, size_t i, c128_dtype dtype) {
   if (dtype == C128_BF16) return c128_bf16_to_float(((const uint16_t *)base)[i]);
@@ -171,7 +178,7 @@ c128_status run_decode(const instance_entry *e, backend be, const c128_decode_ar
     cr_expect_neq(st, C128_ERROR_RACE_DETECTED, "%s", msg);
     return st;
   }
-  mirror m = mirror_up(&e->info, h->state, h->state_pages, h->input, h->batch, h->ape, h->output, h->output_rows);
+  mirror m = mirror_up(e, h->state, h->state_pages, h->input, h->batch, h->ape, h->output, h->output_rows);
   m.plans[0] = to_device(h->plans, (size_t)h->batch * sizeof(c128_decode_plan));
   c128_decode_args d = *h;
   d.state = m.state, d.output = m.output, d.input = m.input, d.ape = m.ape, d.plans = m.plans[0];
@@ -186,7 +193,7 @@ c128_status run_prefill(const instance_entry *e, backend be, const c128_prefill_
     cr_expect_neq(st, C128_ERROR_RACE_DETECTED, "%s", msg);
     return st;
   }
-  mirror m = mirror_up(&e->info, h->state, h->state_pages, h->input, h->input_rows, h->ape, h->output, h->output_rows);
+  mirror m = mirror_up(e, h->state, h->state_pages, h->input, h->input_rows, h->ape, h->output, h->output_rows);
   m.plans[0] = to_device(h->compress_plans, (size_t)h->num_compress * sizeof(c128_compress_plan));
   m.plans[1] = to_device(h->write_plans, (size_t)h->num_write * sizeof(c128_write_plan));
   c128_prefill_args d = *h;
@@ -260,4 +267,42 @@ void check_rows_equal(const void *got, const void *want, size_t rows, size_t row
   for (size_t r = 0; r < rows; ++r)
     cr_assert(memcmp((const char *)got + r * row_bytes_, (const char *)want + r * row_bytes_, row_bytes_) == 0,
               "%s row %zu differs from what was expected (seed %llu)", what, r, (unsigned long long)seed);
+}
+
+double max_abs_kv(const void *base, size_t rows, int head_dim, c128_dtype dtype) {
+  double m = 0.0;
+  for (size_t r = 0; r < rows; ++r)
+    for (int c = 0; c < head_dim; ++c) {
+      const double v = fabs(elem_get(base, r * 2 * (size_t)head_dim + (size_t)c, dtype));
+      if (v > m) m = v;
+    }
+  return m;
+}
+
+void check_gpu_output(const void *gpu, const void *cpu, size_t rows, c128_dtype out_dtype, int head_dim, double max_kv,
+                      const char *what, uint64_t seed) {
+  c128_build_info b;
+  cr_assert_eq(c128_build_info_get(&b), C128_SUCCESS);
+  const size_t es = dtype_size(out_dtype);
+  if (b.math == C128_MATH_EXACT) {
+    check_rows_equal(gpu, cpu, rows, (size_t)head_dim * es, what, seed);
+    return;
+  }
+  const double bound = C128_FAST_BOUND * (1.0 + max_kv);
+  for (size_t i = 0; i < rows * (size_t)head_dim; ++i) {
+    const double g = elem_get(gpu, i, out_dtype), h = elem_get(cpu, i, out_dtype);
+    if (isnan(g) || isnan(h)) {
+      cr_assert(isnan(g) && isnan(h), "%s: row %zu channel %zu: GPU %g, host %g (seed %llu)", what, i / head_dim,
+                i % head_dim, g, h, (unsigned long long)seed);
+      continue;
+    }
+    if (isinf(g) || isinf(h)) {
+      cr_assert(g == h, "%s: row %zu channel %zu: GPU %g, host %g (seed %llu)", what, i / head_dim, i % head_dim, g, h,
+                (unsigned long long)seed);
+      continue;
+    }
+    const double allowed = bound + (out_dtype == C128_BF16 ? bf16_ulp(h) : 0.0);
+    cr_assert(fabs(g - h) <= allowed, "%s: row %zu channel %zu: GPU %.9g, host %.9g, |diff| %.3g > %.3g (seed %llu)",
+              what, i / head_dim, i % head_dim, g, h, fabs(g - h), allowed, (unsigned long long)seed);
+  }
 }

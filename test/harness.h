@@ -34,19 +34,9 @@ void row_widen(const void *base, size_t row, int head_dim, c128_dtype dtype, flo
 /* An input row as the state stores it: converted to the state dtype (bits kept when equal). */
 void row_to_state(const void *input, size_t in_row, c128_dtype in_dtype, void *dst, c128_dtype buf_dtype, int head_dim);
 
-/* Typed entry points of one instance, taken from the table by the test files. */
-typedef struct instance_entry {
-  c128_instance_info info;
-  c128_status (*decode)(const c128_decode_args *, cudaStream_t);
-  c128_status (*prefill)(const c128_prefill_args *, cudaStream_t);
-  c128_status (*decode_host)(const c128_decode_args *, const c128_host_options *);
-  c128_status (*prefill_host)(const c128_prefill_args *, const c128_host_options *);
-} instance_entry;
-#define INSTANCE_ENTRY(name, D, bt, it, ot, bd, id, od)                                                   \
-  {                                                                                                       \
-    {#name, D, bd, id, od, C128_NUM_SPLIT(D), C128_ROW_ELEMS(D), C128_PAGE_ELEMS(D)}, c128_decode_##name, \
-        c128_prefill_##name, c128_decode_host_##name, c128_prefill_host_##name                            \
-  }
+/* One instance as the library describes it (name, dtypes, sizes, typed entry points). */
+typedef c128_instance_info instance_entry;
+const instance_entry *instance(c128_instance_id id);
 
 typedef enum backend { BACKEND_CPU, BACKEND_GPU } backend;
 
@@ -72,6 +62,13 @@ void device_release(device_buffer *b);
 /* SPEC 8 tolerance of one output row against the oracle. */
 void check_output_row(const void *out, size_t row, c128_dtype out_dtype, const double *ref, int head_dim,
                       const char *what, uint64_t seed);
+/* GPU output against the host runner's: bit for bit in a C128_MATH_EXACT build, within
+   C128_FAST_BOUND * (1 + max_kv) (+ one bf16 rounding step) in a C128_MATH_FAST build; NaN
+   where the other is NaN. max_kv bounds |kv| over every window of the call. */
+void check_gpu_output(const void *gpu, const void *cpu, size_t rows, c128_dtype out_dtype, int head_dim, double max_kv,
+                      const char *what, uint64_t seed);
+/* Largest |kv| (first half of each row) over `rows` rows. */
+double max_abs_kv(const void *base, size_t rows, int head_dim, c128_dtype dtype);
 /* Row-by-row bit comparison; `what` names the tensor in the failure message. */
 void check_rows_equal(const void *got, const void *want, size_t rows, size_t row_bytes, const char *what,
                       uint64_t seed);

@@ -38,6 +38,30 @@ static c128_status spec_slot(const c128_ring *ring, int32_t pool_index, int64_t 
 
 /* Every request is checked before any plan is built; compress events are enumerated by window
    end and writes by position range (the closed forms of SPEC 5), then copied out if they fit. */
+/* Pages of different requests are distinct: no state page may be written by two requests of
+   one batch (the write plans of request i are contiguous, in batch order). */
+static c128_status spec_pages_unshared(const c128_write_plan *wp, int64_t nw, const c128_request *reqs, int64_t n,
+                                       const c128_ring *ring) {
+  int64_t *owner = malloc((size_t)(nw + 1) * sizeof *owner);
+  cr_assert_not_null(owner);
+  const int64_t R = spec_ring_tokens(ring), pad = ring->speculative ? R - W + 2 : 0;
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; ++i) { /* the same count as the planner's write loop */
+    const int64_t seq = reqs[i].seq_len, prefix = seq - reqs[i].extend_len;
+    const int64_t boundary = seq - seq % W, first = boundary < seq - pad ? boundary : seq - pad;
+    for (int64_t pos = first > prefix ? first : prefix; pos < seq; ++pos) owner[k++] = i;
+  }
+  c128_status st = C128_SUCCESS;
+  for (int64_t a = 0; a < nw && st == C128_SUCCESS; ++a)
+    for (int64_t b = a + 1; b < nw; ++b)
+      if (owner[a] != owner[b] && wp[a].write_loc / W == wp[b].write_loc / W) {
+        st = C128_ERROR_PAGE_SHARED;
+        break;
+      }
+  free(owner);
+  return st;
+}
+
 c128_status spec_plan_prefill(const c128_ring *ring, const c128_request *reqs, int64_t n, int32_t verify,
                               int64_t capacity, c128_compress_plan *compress, int64_t *num_compress,
                               c128_write_plan *write, int64_t *num_write) {
@@ -85,6 +109,7 @@ c128_status spec_plan_prefill(const c128_ring *ring, const c128_request *reqs, i
     base += reqs[i].extend_len;
   }
   if (st == C128_SUCCESS && (nc > capacity || nw > capacity)) st = C128_ERROR_CAPACITY_TOO_SMALL;
+  if (st == C128_SUCCESS) st = spec_pages_unshared(wp, nw, reqs, n, ring);
   if (st == C128_SUCCESS) {
     memcpy(compress, cp, (size_t)nc * sizeof *cp);
     memcpy(write, wp, (size_t)nw * sizeof *wp);
@@ -110,6 +135,10 @@ c128_status spec_plan_decode(const c128_ring *ring, const c128_request *reqs, in
     }
     plans[b] = d;
   }
+  for (int64_t a = 0; a < n; ++a) /* two requests never write one page */
+    for (int64_t b = a + 1; b < n; ++b)
+      if (plans[a].seq_len && plans[b].seq_len && plans[a].read_page_1 == plans[b].read_page_1)
+        return C128_ERROR_PAGE_SHARED;
   return C128_SUCCESS;
 }
 
@@ -174,7 +203,7 @@ scenario *scen_create(const scen_config *config) {
   cr_assert_not_null(s);
   s->cfg = *config;
   cr_assert(config->entry && config->num_pool > 0);
-  s->f = config->entry->info;
+  s->f = *config->entry;
   s->r.seed = s->r.state = config->seed ? config->seed : scen_fresh_seed();
   if (s->cfg.layout == SCEN_LEGACY) s->cfg.ring_tokens = W, s->cfg.speculative = 0;
   const int R = s->cfg.ring_tokens, per = R / W;

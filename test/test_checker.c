@@ -68,11 +68,13 @@ Test(cpu, checker_reports_each_compress_condition) {
     c128_plan_report r = {0, 0, msg, sizeof msg};
     expect_report(c128_check_prefill_plans(&a, &r), &r, C128_PLAN_COMPRESS, 1, cases[i].text);
   }
+  /* Too few output rows is an argument error, as the launch has it (a valid count of output rows
+     leaves no plan an output row to miss). */
   c128_prefill_args a = prefill_sizes();
   a.compress_plans = cp, a.num_compress = 2, a.output_rows = 1;
-  char msg[200] = "";
-  c128_plan_report r = {0, 0, msg, sizeof msg};
-  expect_report(c128_check_prefill_plans(&a, &r), &r, C128_PLAN_COMPRESS, 1, "output row");
+  c128_plan_report r = {0};
+  cr_assert_eq(c128_check_prefill_plans(&a, &r), C128_ERROR_OUTPUT_TOO_SMALL);
+  cr_assert_eq(r.index, -1);
 }
 
 Test(cpu, checker_reports_each_write_condition) {
@@ -113,8 +115,9 @@ Test(cpu, checker_reports_decode_conditions) {
   char msg[200] = "";
   c128_plan_report r = {0, 0, msg, sizeof msg};
   cr_assert_eq(c128_check_decode_plans(&a, &r), C128_SUCCESS);
-  a.output_rows = 0; /* boundary plan 0 would write output row 0 */
-  expect_report(c128_check_decode_plans(&a, &r), &r, C128_PLAN_DECODE, 0, "output row");
+  a.output_rows = 2; /* fewer output rows than requests: the launch's argument error */
+  cr_assert_eq(c128_check_decode_plans(&a, &r), C128_ERROR_OUTPUT_TOO_SMALL);
+  cr_assert_eq(r.index, -1);
 }
 
 Test(cpu, error_invalid_plan) {
@@ -143,7 +146,7 @@ Test(cpu, checker_refuses_huge_head_dim_and_stray_enums) {
     memcpy(&a.output_dtype, &stray[i], sizeof stray[i]);
     cr_assert_eq(c128_decode_host(&a, NULL), C128_ERROR_UNSUPPORTED_INSTANCE, "dtype %d", stray[i]);
   }
-  const int32_t stray_status[] = {-1, 23, 999, 0x7FFFFFFF, (int32_t)0x80000000};
+  const int32_t stray_status[] = {-1, 25, 999, 0x7FFFFFFF, (int32_t)0x80000000};
   for (size_t i = 0; i < sizeof stray_status / sizeof stray_status[0]; ++i) {
     c128_status s;
     memcpy(&s, &stray_status[i], sizeof s);

@@ -201,12 +201,43 @@ Test(cpu, error_invalid_group) {
   expect_refused(f, c128_prefill_host(&f->p, NULL), C128_ERROR_INVALID_GROUP);
 }
 
+/* The race checker's shadow is capped by checker_limit_bytes: past the cap the launch stops with
+   C128_ERROR_OUT_OF_MEMORY, whatever the machine's memory. */
 Test(cpu, error_out_of_memory_in_the_race_checker) {
   fixture *f = fx_make();
-  f->d.state_pages = INT64_C(1) << 36; /* passes the size check; its shadow cannot be allocated */
   c128_host_options o = {0};
-  o.check_races = 1;
-  expect_refused(f, c128_decode_host(&f->d, &o), C128_ERROR_OUT_OF_MEMORY);
+  o.check_races = 1, o.checker_limit_bytes = 1000; /* less than one piece of shadow */
+  cr_assert_eq(c128_decode_host(&f->d, &o), C128_ERROR_OUT_OF_MEMORY);
+  o.checker_limit_bytes = 0;
+  memcpy(f->state, f->state0, sizeof f->state);
+  cr_assert_eq(c128_decode_host(&f->d, &o), C128_SUCCESS);
+  free(f);
+}
+
+/* The shadow follows what a launch touches, not the buffer: a state of 2^36 pages (2^51 bytes
+   at head_dim 128) whose valid plans touch two pages checks within a 64 MiB cap. The state is the
+   last buffer of one allocation, so its claimed extent overlaps none of the others. */
+Test(cpu, race_checker_shadow_follows_the_touched_rows) {
+  fixture *f = fx_make();
+  typedef struct tensors {
+    c128_decode_plan plans[BATCH];
+    float input[BATCH * 2 * D], ape[128 * D], out[BATCH * D];
+    float state[PAGES * 128 * 2 * D];
+  } tensors;
+  tensors *t = aligned_alloc(64, sizeof(tensors));
+  cr_assert_not_null(t);
+  memcpy(t->plans, f->plans, sizeof t->plans), memcpy(t->input, f->input, sizeof t->input);
+  memcpy(t->ape, f->ape, sizeof t->ape), memcpy(t->state, f->state, sizeof t->state);
+  poison(t->out, sizeof t->out);
+  c128_decode_args d = f->d;
+  d.state = t->state, d.input = t->input, d.ape = t->ape, d.output = t->out, d.plans = t->plans;
+  d.state_pages = INT64_C(1) << 36;
+  c128_host_options o = {0};
+  o.check_races = 1, o.checker_limit_bytes = 64u << 20;
+  cr_assert_eq(c128_decode_host(&d, &o), C128_SUCCESS);
+  cr_assert(memcmp(t->state, f->state, sizeof t->state) != 0, "the decode wrote nothing");
+  free(t);
+  free(f);
 }
 
 Test(cpu, error_race_detected) {

@@ -77,8 +77,7 @@ static void nonfinite_case(backend be) {
   c128_prefill_args a = {0};
   a.head_dim = ND, a.state = state, a.state_pages = 1, a.input = input, a.input_rows = KINDS * 128, a.ape = ape;
   a.output = out, a.output_rows = KINDS, a.compress_plans = cp, a.num_compress = KINDS;
-  static const instance_entry e =
-      INSTANCE_ENTRY(h128_f32_f32_f32, 128, float, float, float, C128_F32, C128_F32, C128_F32);
+  const instance_entry e = *instance(C128_INSTANCE_h128_f32_f32_f32);
   cr_assert_eq(run_prefill(&e, be, &a, 0), C128_SUCCESS);
   double ref[ND];
   for (int k = 0; k < KINDS; ++k) {

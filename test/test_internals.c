@@ -1,4 +1,4 @@
-/* c128__exp, the one transcendental of the kernels (shared bit for bit by the host runner and the
+/* c128__exp_exact, the one transcendental of the kernels (shared bit for bit by the host runner and the
    GPU): its accuracy claim (1.05 ulp on [-88, 0]), its special values and its monotonicity. */
 #include <criterion/criterion.h>
 #include <math.h>

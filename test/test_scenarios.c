@@ -15,10 +15,10 @@
 enum { W = REF_WINDOW };
 
 /* The instances these tests use (the per-instance kernel tests cover the whole table). */
-static const instance_entry h512_f32 = INSTANCE_ENTRY(h512_f32_f32_f32, 512, , , , C128_F32, C128_F32, C128_F32);
-static const instance_entry h512_bf16 = INSTANCE_ENTRY(h512_bf16_f32_f32, 512, , , , C128_BF16, C128_F32, C128_F32);
-static const instance_entry h128_f32 = INSTANCE_ENTRY(h128_f32_f32_f32, 128, , , , C128_F32, C128_F32, C128_F32);
-static const instance_entry h128_bf16 = INSTANCE_ENTRY(h128_bf16_bf16_bf16, 128, , , , C128_BF16, C128_BF16, C128_BF16);
+#define h512_f32 (*instance(C128_INSTANCE_h512_f32_f32_f32))
+#define h512_bf16 (*instance(C128_INSTANCE_h512_bf16_f32_f32))
+#define h128_f32 (*instance(C128_INSTANCE_h128_f32_f32_f32))
+#define h128_bf16 (*instance(C128_INSTANCE_h128_bf16_bf16_bf16))
 
 typedef struct layout_case {
   scen_layout layout;
@@ -407,7 +407,7 @@ static void serving_mix(scenario *s, const layout_case *l, const mix_params *p) 
 static void sc_serving_mix(const instance_entry *e, backend be, const layout_case *l, float scale) {
   require_backend(be);
   const mix_params p128 = {12, 8, 1000, 700, 400, 300}, p512 = {8, 6, be == BACKEND_CPU ? 120 : 400, 700, 400, 300};
-  const mix_params p = e->info.head_dim == 128 ? p128 : p512;
+  const mix_params p = e->head_dim == 128 ? p128 : p512;
   const scen_config c = config(e, be, l, p.num_pool, scale);
   scenario *s = scen_create(&c);
   serving_mix(s, l, &p);
@@ -441,7 +441,7 @@ static void sc_padded_plans(const instance_entry *e, backend be, const layout_ca
   for (int id = 0; id < scen_num_requests(plain); ++id)
     for (int64_t w = 0; scen_window(plain, id, w); ++w) {
       const float *y = scen_window(padded, id, w);
-      cr_assert(y && memcmp(scen_window(plain, id, w), y, (size_t)e->info.head_dim * sizeof(float)) == 0,
+      cr_assert(y && memcmp(scen_window(plain, id, w), y, (size_t)e->head_dim * sizeof(float)) == 0,
                 "request %d window %lld differs with padded plans (seed %llu)", id, (long long)w,
                 (unsigned long long)c.seed);
     }
@@ -627,7 +627,9 @@ Test(cpu, planner_refuses_bad_batches) {
 
   /* more than 65536 input rows; exactly 65536 is fine */
   c128_request big[2] = {{0, 40000, 40000}, {1, 30000, 25537}};
-  expect_prefill_refused(&legacy, big, 2, 0, MAX_CAP, C128_ERROR_TOO_MANY_ROWS, 1);
+  expect_prefill_refused(&legacy, big, 2, 0, C128_MAX_PREFILL_ROWS, C128_ERROR_TOO_MANY_ROWS, 1);
+  /* plan arrays a launch would refuse: more than 65536 entries */
+  expect_prefill_refused(&legacy, big, 1, 0, MAX_CAP, C128_ERROR_TOO_MANY_PLANS, 0);
   big[1].extend_len = 25536;
   expect_prefill_ok(&legacy, big, 2, 0, C128_MAX_PREFILL_ROWS);
 

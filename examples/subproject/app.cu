@@ -8,7 +8,7 @@
    Two ways to build it, both with bare nvcc:
      nvcc -DC128_STATIC app.cu -o app     one translation unit: the implementation is static here
      nvcc app.cu impl.cu -o app           impl.cu holds the implementation, this file declarations */
-#define C128_INSTANCES(X) X(h512_f32_f32_f32, 512, float, float, float, C128_F32, C128_F32, C128_F32)
+#define C128_INSTANCES(X) C128_ROW(X, 512, f32, f32, f32)
 #include "c128.cuh"
 
 #include <math.h>

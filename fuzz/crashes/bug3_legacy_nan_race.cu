@@ -6,7 +6,7 @@
    Exit status 1 while the bug is present. */
 #define C128_STATIC
 #define C128_EPILOGUE C128_EPILOGUE_LEGACY
-#define C128_INSTANCES(X) X(h128_f32_f32_f32, 128, float, float, float, C128_F32, C128_F32, C128_F32)
+#define C128_INSTANCES(X) C128_ROW(X, 128, f32, f32, f32)
 #include "../../c128.cuh"
 
 #include <stdio.h>
