@@ -1308,9 +1308,9 @@ C128__FN int c128__block_steps(uint32_t mask) {
 C128__FN void c128__window_step(const c128__params *p, c128__trait t, int step, int count, int tid,
                                 c128__block_shared *sh) {
   const int window = step - 1;
-  /* Homogeneous instances issue the window's loads before the fold; mixed ones, whose rows take
-     two code paths, fold first (their registers would spill). */
-  const int loads_first = t.buf == t.in;
+  /* The window's loads go out before the fold, except in the mixed-dtype instances of the exact
+     build, whose longer fold would spill the loaded rows' registers. */
+  const int loads_first = t.buf == t.in || C128_MATH == C128_MATH_FAST;
   c128__rows rows;
   c128__window cur = {0, 0, 0, 0, 0}; /* in registers: reading it from shared at each use costs a spill */
   if (window < count) cur = sh->windows[window];
@@ -1390,13 +1390,14 @@ C128__FN void c128__write_row(const c128__params *p, c128__trait t, int64_t inde
 }
 
 /* >>kernels: the GPU drivers ------------------------------------------------------------------- */
-/* PDL (DESIGN 6.4). Before the wait a kernel reads nothing a predecessor may write, except as a
-   guess: the prologue reads plans through L2 only (never L1, so the real read after the wait
-   cannot hit a stale line) and uses them only as prefetch addresses. L2 is the GPU's point of
-   coherence, so a prefetched line is never stale; a wrong guess costs bandwidth, not results.
-   Right after the wait a kernel lets its dependents launch: they wait for this grid to complete
-   before they read anything, so an early trigger only lets their launch and prologue overlap
-   this grid's work, and the trigger after the wait keeps at most two grids in flight. */
+/* PDL (DESIGN 6.4). A kernel lets its dependents launch first thing: each of them waits for this
+   grid to complete (griddepcontrol.wait) before it reads or writes anything that matters, so an
+   early trigger only lets their launch and prologue overlap this grid's work; and since a grid
+   triggers only once all its blocks have started, a dependent never takes a slot this grid still
+   needs. Before its own wait a kernel reads nothing a predecessor may write, except as a guess:
+   the prologue reads plans through L2 only (never L1, so the real read after the wait cannot hit
+   a stale line) and uses them only as prefetch addresses. L2 is the GPU's point of coherence, so
+   a prefetched line is never stale; a wrong guess costs bandwidth, not results. */
 C128__DEVICE void c128__pdl_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -1414,25 +1415,25 @@ C128__DEVICE void c128__prefetch_l2(const void *base, int64_t elem, int dtype, i
   asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
 }
 
-/* The first window a block will fold and, in decode, the rows it will persist, guessed from
-   plans read before the wait and asked of L2; ape, which no kernel writes, is asked of L1. A
-   warp prefetches its own 8 window rows: lane l takes row l / 4, half (kv or score) (l / 2) % 2,
-   128-byte line l % 2 of the split's 64 channels. */
+/* Line `line` of the split's 64 channels of one half (kv or score) of `row`, if the split is
+   that long in this dtype. */
+C128__DEVICE void c128__prefetch_split(const void *base, int64_t row, int half, int line, c128__trait t, int dtype,
+                                       int split) {
+  if (line * C128__LINE_BYTES >= C128_TILE_DIM * c128__dtype_bytes(dtype)) return;
+  c128__prefetch_l2(base, row * C128_ROW_ELEMS(t.head_dim) + half * C128_SCORE_OFFSET(t.head_dim) +
+                              (int64_t)split * C128_TILE_DIM, dtype, line);
+}
+
+/* Warp 0 guesses, from plans read before the wait, what the block will read first and asks L2
+   for it: in decode the group's new rows, and the first window's 128 rows. Lane k reads job k's
+   plan; the window's lines (128 rows x kv, score x 2 lines of 64 channels) go 16 to a lane. */
+#define C128__LINES_PER_ROW 4
 C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind, const c128__jobs *j, int tid) {
-  const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
-  const int first = warp * C128_ROWS_PER_WARP, k = lane / 4, half = (lane / 2) % 2, line = lane % 2;
-  const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = (int64_t)j->split * C128_TILE_DIM;
-  const int64_t col = half * C128_SCORE_OFFSET(t.head_dim) + ch;
-  if (lane < C128_ROWS_PER_WARP) {
-    const char *ape = (const char *)(p->ape + (int64_t)(first + lane) * t.head_dim + ch);
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(ape));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(ape + C128__LINE_BYTES));
-  }
-  if (kind == C128_PLAN_DECODE) { /* the new rows: requests first + w and first + w + 16 */
-    const int32_t b = c128__decode_request(j, tid, k); /* lanes 0-7: k = 0, 1 */
-    if (k < C128__WRITES_PER_WARP && b < j->end && line * C128__LINE_BYTES < C128_TILE_DIM * c128__dtype_bytes(t.in))
-      c128__prefetch_l2(p->input, b * row + col, t.in, line);
-  }
+  if (tid >= C128_WARP_THREADS) return;
+  const int lane = tid;
+  if (kind == C128_PLAN_DECODE && j->first + lane < j->end)
+    for (int line = 0; line < C128__LINES_PER_ROW; ++line)
+      c128__prefetch_split(p->input, j->first + lane, line / 2, line % 2, t, t.in, j->split);
   c128__window w = {0, 0, 0, 0, 0};
   const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 1, &w);
   const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
@@ -1441,20 +1442,23 @@ C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind,
   const int64_t state_row0 = __shfl_sync(C128__ALL_LANES, w.state_row0, src);
   const int64_t input_row0 = __shfl_sync(C128__ALL_LANES, w.input_row0, src);
   const int buffer_len = __shfl_sync(C128__ALL_LANES, w.buffer_len, src);
-  const int from_state = first + k < buffer_len, dtype = from_state ? t.buf : t.in;
-  if (line * C128__LINE_BYTES < C128_TILE_DIM * c128__dtype_bytes(dtype))
-    c128__prefetch_l2(from_state ? (const void *)p->state : p->input,
-                      ((from_state ? state_row0 : input_row0) + first + k) * row + col, dtype, line);
+  C128__UNROLL
+  for (int i = 0; i < C128_WINDOW * C128__LINES_PER_ROW / C128_WARP_THREADS; ++i) {
+    const int at = lane + i * C128_WARP_THREADS, row = at / C128__LINES_PER_ROW, line = at % C128__LINES_PER_ROW;
+    const int from_state = row < buffer_len;
+    c128__prefetch_split(from_state ? (const void *)p->state : p->input, (from_state ? state_row0 : input_row0) + row,
+                         line / 2, line % 2, t, from_state ? t.buf : t.in, j->split);
+  }
 }
 
-/* A decode or compress block: prologue, wait, trigger, then the steps with a barrier between. */
+/* A decode or compress block: trigger, prologue, wait, then the steps with a barrier between. */
 C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind) {
   __shared__ c128__block_shared sh;
   const int tid = (int)threadIdx.x;
   const c128__jobs j = c128__block_jobs(p, t, blockIdx.x);
+  c128__pdl_trigger();
   if (p->pdl) c128__prologue(p, t, kind, &j, tid);
   c128__pdl_wait();
-  c128__pdl_trigger();
   c128__decode_rows rows;
   if (kind == C128_PLAN_DECODE) c128__decode_fetch(p, t, &j, tid, &rows);
   const uint32_t mask = c128__list_windows(p, kind, &j, tid, &sh);
@@ -1472,6 +1476,7 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
   const int64_t index = (int64_t)blockIdx.x * C128_WRITE_WARPS + threadIdx.x / C128_WARP_THREADS;
   const int lane = (int)(threadIdx.x % C128_WARP_THREADS);
   const int runs = index < p->num_plans;
+  c128__pdl_trigger();
   if (runs && p->pdl) { /* prologue: the source row, guessed */
     int64_t src_row, dst_row;
     if (c128__write_prepare(p, index, 1, &src_row, &dst_row) == C128__RUN && dst_row >= 0) {
@@ -1481,7 +1486,6 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
     }
   }
   c128__pdl_wait();
-  c128__pdl_trigger();
   if (runs) c128__write_row(p, t, index, lane);
 }
 
@@ -2616,8 +2620,8 @@ C128__FN void c128__plan_emit(const c128__plan_params *p, int64_t k) {
 
 static __global__ void __launch_bounds__(C128__PLAN_THREADS) c128__plan_count_kernel(const c128__plan_params p) {
   __shared__ c128__plan_chunk c;
-  c128__pdl_wait();
   c128__pdl_trigger();
+  c128__pdl_wait();
   const int steps = c128__plan_steps(&p);
   for (int s = 0; s < steps; ++s) {
     if (s) __syncthreads();
@@ -2626,8 +2630,8 @@ static __global__ void __launch_bounds__(C128__PLAN_THREADS) c128__plan_count_ke
 }
 
 static __global__ void __launch_bounds__(C128__PLAN_THREADS) c128__plan_emit_kernel(const c128__plan_params p) {
-  c128__pdl_wait();
   c128__pdl_trigger();
+  c128__pdl_wait();
   c128__plan_emit(&p, (int64_t)blockIdx.x * C128__PLAN_THREADS + threadIdx.x);
 }
 

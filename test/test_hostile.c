@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,13 +92,20 @@ static void nonfinite_case(backend be) {
     else cr_assert_gt(nans, 0, "kind %d must produce NaN channels", k);
     check_output_row(out, (size_t)k, C128_F32, ref, ND, "non-finite window", r.seed);
   }
-  if (be == BACKEND_GPU) { /* the host runner gives the same values; NaN bit patterns may differ */
+  if (be == BACKEND_GPU) { /* the host runner gives the same values (within the fast build's bound); NaN
+                              where it has NaN, whatever the bit pattern */
     float *cpu = malloc(KINDS * ND * sizeof(float));
     poison(cpu, KINDS * ND * sizeof(float));
     a.output = cpu;
     cr_assert_eq(run_prefill(&e, BACKEND_CPU, &a, 0), C128_SUCCESS);
-    for (int i = 0; i < KINDS * ND; ++i)
-      cr_assert(same_or_both_nan(out[i], cpu[i]), "element %d: GPU %g, CPU %g", i, out[i], cpu[i]);
+    c128_build_info b;
+    cr_assert_eq(c128_build_info_get(&b), C128_SUCCESS);
+    if (b.math == C128_MATH_EXACT)
+      for (int i = 0; i < KINDS * ND; ++i)
+        cr_assert(same_or_both_nan(out[i], cpu[i]), "element %d: GPU %g, CPU %g", i, out[i], cpu[i]);
+    else /* the planted infinities are kv values only in INF_KV, where they propagate exactly */
+      check_gpu_output(out, cpu, KINDS, C128_F32, ND, max_abs_kv(input, KINDS * 128, ND, C128_F32), "non-finite windows",
+                       r.seed);
     free(cpu);
   }
   free(input), free(ape), free(state), free(out);
@@ -220,7 +228,10 @@ Test(gpu, random_plan_bytes_stay_inside_the_buffers) {
     /* The device skipped exactly what the host runner skipped (same code, same bits). */
     if (!comparable) continue;
     cr_assert(memcmp(gpu_state, state, state_bytes) == 0, "round %d: GPU and host state differ", round);
-    cr_assert(memcmp(gpu_out, out, out_bytes) == 0, "round %d: GPU and host outputs differ", round);
+    char what[48];
+    snprintf(what, sizeof what, "round %d: GPU vs host outputs", round);
+    const double kv = fmax(max_abs_kv(state, HPAGES * 128, HD, C128_F32), max_abs_kv(input, HROWS, HD, C128_F32));
+    check_gpu_output(gpu_out, out, HOUT, C128_F32, HD, kv, what, r.seed);
   }
   free(state), free(input), free(ape), free(out), free(gpu_state), free(gpu_out);
 }
