@@ -1,0 +1,971 @@
+"""c128: DeepSeek-V4's c128 KV compression (every 128 tokens of a request become one KV vector by
+a per-channel softmax pooling), from Python.
+
+A ctypes binding over libc128.so, the C ABI of ``c128.cuh``; the API mirrors the C one:
+
+- kernels: :func:`decode`, :func:`prefill` (and :class:`Decode` / :class:`Prefill`, the same
+  launches with their tensors checked and bound once, for the hot path);
+- planning: :func:`plan_decode`, :func:`plan_prefill` (host planner), :func:`plan_decode_device`,
+  :func:`plan_prefill_device` (the device planners, for CUDA graphs), :func:`check_decode_plans`,
+  :func:`check_prefill_plans` (the plan checker and its :class:`PlanReport`);
+- introspection: :func:`instances`, :func:`build_info`, ``__version__``;
+- :func:`c128.sglang.compress_forward`: SGLang's ``compress_forward`` for ratio 128.
+
+Tensors come from any framework: PyTorch tensors, and anything with ``__dlpack__`` (CuPy, JAX,
+NumPy, ...), ``__cuda_array_interface__`` or ``__array_interface__``. CUDA tensors launch the
+kernels on ``stream`` (default: PyTorch's current stream for PyTorch tensors, CuPy's for CuPy
+arrays, else the legacy default stream); host arrays (NumPy, CPU tensors) run the host runner,
+the same kernel code on the CPU, synchronously. NumPy has no bfloat16: a uint16 array holds bf16
+bit patterns (:func:`bf16_from_float`, :func:`bf16_to_float`).
+
+Calls allocate nothing, never synchronise, and can be captured in CUDA graphs (warm up once
+before capturing). Launches are asynchronous: keep the tensors alive, and unchanged in place,
+until the work on the stream is done, as with any CUDA kernel. Every argument the binding refuses
+raises ``ValueError`` or ``TypeError`` naming the argument; a status of the library raises
+:class:`Error`, which carries it.
+"""
+
+from __future__ import annotations
+
+import threading
+from ctypes import byref, c_int32, create_string_buffer
+from dataclasses import dataclass
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from . import _lib
+from ._lib import Error, Status, library_path
+from ._tensor import CPU, View, describe, stream_handle, view
+
+__all__ = [
+    "__version__", "Error", "Status", "F32", "BF16", "WINDOW", "FAST_BOUND", "MAX_PREFILL_ROWS",
+    "MAX_DECODE_GROUP", "MAX_PREFILL_GROUP", "Instance", "BuildInfo", "HostOptions", "PlanReport", "Ring",
+    "PrefillPlans", "instances", "find_instance", "build_info", "decode", "prefill", "Decode", "Prefill",
+    "check_decode_plans", "check_prefill_plans", "requests", "plan_decode", "plan_prefill", "plan_workspace_size",
+    "plan_decode_device", "plan_prefill_device", "decode_group_size", "prefill_group_size", "bf16_from_float",
+    "bf16_to_float", "library_path", "DECODE_PLAN_DTYPE", "COMPRESS_PLAN_DTYPE", "WRITE_PLAN_DTYPE", "REQUEST_DTYPE",
+]
+
+# ---- constants (c128.cuh >>config, >>dtypes) -------------------------------------------------------
+F32 = 0  #: C128_F32 (cudaDataType_t CUDA_R_32F)
+BF16 = 14  #: C128_BF16 (CUDA_R_16BF)
+WINDOW = 128  #: tokens per compressed vector = rows per state page
+MAX_PREFILL_ROWS = 65536  #: input rows and plans of one prefill call (ragged_id is a u16)
+MAX_DECODE_GROUP = 32  #: largest requests_per_block
+MAX_PREFILL_GROUP = 32  #: largest windows_per_block
+FAST_BOUND = 4e-6  #: C128_FAST_BOUND: |GPU - host runner| per unit of (1 + max |kv|) in fast-math builds
+DECODE_PLAN_BYTES, COMPRESS_PLAN_BYTES, WRITE_PLAN_BYTES, REQUEST_BYTES = 16, 16, 8, 12
+
+_DTYPE_NAMES = {F32: "f32", BF16: "bf16"}
+# Element dtypes of state, input and output: uint16 holds bf16 bits (NumPy has no bfloat16).
+_ELEMENT = {"f32": F32, "bf16": BF16, "u16": BF16}
+_MATH = {1: "fast", 2: "exact"}
+_EPILOGUE = {1: "two_warp", 2: "legacy"}
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+# ---- introspection --------------------------------------------------------------------------------
+class Instance(NamedTuple):
+    """One compiled instance (c128_instance_info); dtypes as 'f32' / 'bf16'."""
+
+    name: str
+    head_dim: int
+    state_dtype: str
+    input_dtype: str
+    output_dtype: str
+    num_split: int
+    row_elems: int
+    page_elems: int
+
+
+class BuildInfo(NamedTuple):
+    """How libc128.so was compiled (c128_build_info). ``math`` is 'fast' (the GPU's exp2 unit:
+    within FAST_BOUND * (1 + max |kv|) of the host runner) or 'exact' (the GPU reproduces the
+    host runner bit for bit); ``epilogue`` is 'two_warp' or 'legacy'."""
+
+    version: str
+    version_number: int
+    math: str
+    epilogue: str
+    instance_count: int
+
+
+def build_info() -> BuildInfo:
+    """How the loaded libc128.so was compiled."""
+    info = _lib.BuildInfo()
+    _lib.check(_lib.build_info_get(byref(info)), "c128_build_info_get")
+    return BuildInfo(info.version.decode(), info.version_number, _MATH.get(info.math, str(info.math)),
+                     _EPILOGUE.get(info.epilogue, str(info.epilogue)), info.instance_count)
+
+
+def instances() -> List[Instance]:
+    """Every compiled instance, in table order."""
+    out = []
+    for i in range(_lib.instance_count()):
+        info = _lib.InstanceInfo()
+        _lib.check(_lib.instance_info_get(i, byref(info)), "c128_instance_info_get")
+        out.append(Instance(info.name.decode(), info.head_dim, _DTYPE_NAMES[info.state_dtype],
+                            _DTYPE_NAMES[info.input_dtype], _DTYPE_NAMES[info.output_dtype], info.num_split,
+                            info.row_elems, info.page_elems))
+    return out
+
+
+def _dtype_code(dtype: Any, name: str) -> int:
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        return dtype
+    text = str(dtype).replace("torch.", "")
+    codes = {"f32": F32, "float32": F32, "bf16": BF16, "bfloat16": BF16}
+    if text in codes:
+        return codes[text]
+    raise TypeError(f"{name}: expected 'f32' or 'bf16' (or a dtype code), got {dtype!r}")
+
+
+def find_instance(head_dim: int, state_dtype: Any, input_dtype: Any, output_dtype: Any) -> Optional[Instance]:
+    """The compiled instance for (head_dim, dtypes), or None. Dtypes: 'f32'/'bf16', F32/BF16."""
+    codes = [_dtype_code(d, n) for d, n in [(state_dtype, "state_dtype"), (input_dtype, "input_dtype"),
+                                            (output_dtype, "output_dtype")]]
+    _int(head_dim, "head_dim", _INT32)
+    for c, n in zip(codes, ["state_dtype", "input_dtype", "output_dtype"]):
+        _int(c, n, _INT32)
+    index = _lib.find_instance(head_dim, *codes)
+    return None if index < 0 else instances()[index]
+
+
+def decode_group_size(batch: int, head_dim: int, sm_count: int) -> int:
+    """Requests per decode block chosen when requests_per_block is 0 (c128_decode_group_size)."""
+    return _lib.decode_group_size(_int(batch, "batch", _INT64), _int(head_dim, "head_dim", _INT32),
+                                  _int(sm_count, "sm_count", _INT32))
+
+
+def prefill_group_size(num_compress: int, head_dim: int, sm_count: int) -> int:
+    """Compress windows per block chosen when windows_per_block is 0 (c128_prefill_group_size)."""
+    return _lib.prefill_group_size(_int(num_compress, "num_compress", _INT64), _int(head_dim, "head_dim", _INT32),
+                                   _int(sm_count, "sm_count", _INT32))
+
+
+# ---- argument checks ------------------------------------------------------------------------------
+def _int(value: Any, name: str, bounds: Tuple[int, int]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = value.__index__()  # NumPy integers
+        except (AttributeError, TypeError):
+            raise TypeError(f"{name}: expected an integer, got {describe(value)}") from None
+    if not bounds[0] <= value <= bounds[1]:
+        raise ValueError(f"{name}: {value} does not fit the C argument ({bounds[0]}..{bounds[1]})")
+    return value
+
+
+def _fmt(shape: Sequence[Any]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _dev(device: Tuple[str, int]) -> str:
+    return "host" if device[0] == CPU else f"cuda:{device[1]}"
+
+
+def _shape_error(name: str, expected: str, v: View) -> ValueError:
+    return ValueError(f"{name}: expected a contiguous tensor of shape {expected}, got {_fmt(v.shape)}")
+
+
+def _contiguous(v: View, name: str) -> None:
+    if not v.contiguous:
+        raise ValueError(f"{name}: expected a contiguous (row-major, dense) tensor, got a strided one of shape "
+                         f"{_fmt(v.shape)}")
+
+
+def _aligned(v: View, name: str, align: int) -> None:
+    if v.ptr % align:
+        raise ValueError(f"{name}: the data pointer {v.ptr:#x} is not aligned to {align} bytes")
+
+
+def _writable(v: View, name: str) -> None:
+    if v.readonly:
+        raise ValueError(f"{name}: the tensor is read-only, and the call writes it")
+
+
+def _element(v: View, name: str) -> int:
+    code = _ELEMENT.get(v.dtype)
+    if code is None:
+        raise TypeError(f"{name}: expected float32 or bfloat16 (uint16 bf16 bits for NumPy), got {v.dtype}")
+    return code
+
+
+def _records(v: View, name: str, record_bytes: int, what: str) -> int:
+    """The record count of a plan / request tensor: [n, record_bytes / itemsize] of an integer
+    dtype (SGLang's plans are uint8 [n, 16] and [n, 8]) or a 1-D array of records."""
+    _contiguous(v, name)
+    if v.dtype.startswith("void"):
+        if v.itemsize != record_bytes or len(v.shape) != 1:
+            raise ValueError(f"{name}: expected a 1-D array of {record_bytes}-byte {what} records, got "
+                             f"{v.itemsize}-byte records of shape {_fmt(v.shape)}")
+        return v.shape[0]
+    if v.dtype[0] not in "iu":
+        raise TypeError(f"{name}: expected an integer tensor of {what} records ([n, {record_bytes}] uint8 or "
+                        f"[n, {record_bytes // 4}] int32), got {v.dtype}")
+    if len(v.shape) != 2 or v.shape[1] * v.itemsize != record_bytes:
+        raise ValueError(f"{name}: expected {what} records of {record_bytes} bytes, shape (n, "
+                         f"{record_bytes // v.itemsize}) for {v.dtype}, got {_fmt(v.shape)}")
+    return v.shape[0]
+
+
+def _same_device(views: Sequence[Tuple[str, View]]) -> bool:
+    """True when every view is on the first one's device; returns whether that is the host."""
+    first_name, first = views[0]
+    for name, v in views[1:]:
+        if v.device != first.device:
+            raise ValueError(f"{name}: on {_dev(v.device)}, but {first_name} is on {_dev(first.device)}; the "
+                             f"tensors of a call must be on one device")
+    return first.on_host
+
+
+def _layout(layout: Any, args: Any) -> None:
+    if layout is None:
+        rank, size, pages = 0, 1, 0
+    elif isinstance(layout, (tuple, list)):
+        if len(layout) != 3:
+            raise ValueError(f"layout: expected (rank, size, pages_per_rank), got {len(layout)} values")
+        rank, size, pages = layout
+    elif all(hasattr(layout, a) for a in ("rank", "size", "pages_per_rank")):
+        rank, size, pages = layout.rank, layout.size, layout.pages_per_rank
+    else:
+        raise TypeError(f"layout: expected (rank, size, pages_per_rank), got {describe(layout)}")
+    args.layout.rank = _int(rank, "layout.rank", _INT32)
+    args.layout.size = _int(size, "layout.size", _INT32)
+    args.layout.pages_per_rank = _int(pages, "layout.pages_per_rank", _INT32)
+
+
+def _resolve_stream(stream: Any, first: Any) -> int:
+    if stream is None:
+        return _tensor_current_stream(first)
+    return stream_handle(stream)
+
+
+def _tensor_current_stream(obj: Any) -> int:
+    from ._tensor import current_stream
+
+    return current_stream(obj)
+
+
+def _host_stream(stream: Any) -> None:
+    if stream is not None and stream_handle(stream) != 0:
+        raise ValueError("stream: host tensors run the host runner synchronously; pass no stream")
+
+
+def _torch_device_check(obj: Any, name: str) -> None:
+    from ._tensor import current_device_check
+
+    current_device_check(obj, name)
+
+
+def _state_shape(s: View) -> int:
+    """head_dim from a state [pages, 128, 2 * head_dim]."""
+    if len(s.shape) != 3 or s.shape[1] != WINDOW or s.shape[2] <= 0 or s.shape[2] % 2:
+        raise _shape_error("state", "(pages, 128, 2 * head_dim)", s)
+    return s.shape[2] // 2
+
+
+def _instance(head_dim: int, sd: int, idt: int, od: int) -> None:
+    if _lib.find_instance(head_dim, sd, idt, od) < 0:
+        raise ValueError(f"state, input, output: no compiled instance for head_dim {head_dim} with state "
+                         f"{_DTYPE_NAMES[sd]}, input {_DTYPE_NAMES[idt]}, output {_DTYPE_NAMES[od]} "
+                         f"(c128.instances() lists them)")
+
+
+def _common(s: View, i: View, a: View, o: View, input_rows: Optional[int], output_rows_min: int,
+            input_rows_name: str) -> Tuple[int, int, int, int]:
+    """Shapes, dtypes, contiguity, alignment of the four tensors; returns (head_dim, dtypes)."""
+    head_dim = _state_shape(s)
+    sd, idt, od = _element(s, "state"), _element(i, "input"), _element(o, "output")
+    if a.dtype != "f32":
+        raise TypeError(f"ape: expected float32 (c128 takes ape in f32 always), got {a.dtype}")
+    if len(i.shape) != 2 or i.shape[1] != 2 * head_dim or (input_rows is not None and i.shape[0] != input_rows):
+        rows = f"{input_rows_name}={input_rows}" if input_rows is not None else "rows"
+        raise _shape_error("input", f"({rows}, 2 * head_dim = {2 * head_dim})", i)
+    if a.shape != (WINDOW, head_dim):
+        raise _shape_error("ape", f"(128, head_dim = {head_dim})", a)
+    if len(o.shape) != 2 or o.shape[1] != head_dim or o.shape[0] < output_rows_min:
+        raise _shape_error("output", f"(rows >= {output_rows_min}, head_dim = {head_dim})", o)
+    for v, name in ((s, "state"), (i, "input"), (a, "ape"), (o, "output")):
+        _contiguous(v, name)
+    _aligned(s, "state", 2 * s.itemsize)
+    _aligned(i, "input", 2 * i.itemsize)
+    _aligned(a, "ape", 8)
+    _aligned(o, "output", o.itemsize)
+    _instance(head_dim, sd, idt, od)
+    return head_dim, sd, idt, od
+
+
+class HostOptions(NamedTuple):
+    """Options of the host runner (c128_host_options): record every state/output access and fail
+    on a race (DESIGN 7), run blocks last to first, cap the race checker's shadow memory."""
+
+    check_races: bool = False
+    reverse_blocks: bool = False
+    checker_limit_bytes: int = 0
+
+
+def _host_options(options: Optional[HostOptions]) -> Tuple[Any, Any]:
+    if options is None:
+        return None, None
+    if not isinstance(options, HostOptions):
+        raise TypeError(f"host_options: expected c128.HostOptions, got {describe(options)}")
+    o = _lib.HostOptions()
+    o.check_races = 1 if options.check_races else 0
+    o.reverse_blocks = 1 if options.reverse_blocks else 0
+    o.checker_limit_bytes = _int(options.checker_limit_bytes, "host_options.checker_limit_bytes", (0, (1 << 64) - 1))
+    message = create_string_buffer(512)
+    o.message = _addr(message)
+    o.message_size = len(message)
+    return o, message
+
+
+def _addr(buffer: Any) -> int:
+    from ctypes import addressof
+
+    return addressof(buffer)
+
+
+def _run_detail(message: Any) -> Optional[str]:
+    if message is None:
+        return None
+    text = message.value.decode(errors="replace")
+    return text or None
+
+
+# ---- decode ------------------------------------------------------------------------------------------
+_tls = threading.local()
+
+
+def _decode_bind(args: _lib.DecodeArgs, state: Any, input: Any, ape: Any, output: Any, plans: Any, stream: int,
+                 layout: Any, requests_per_block: Any, pdl: Any, checker: bool) -> Tuple[bool, tuple]:
+    """Checks and fills args; returns (on the host, the views to keep alive)."""
+    s, i, a, o, p = (view(state, "state", stream), view(input, "input", stream), view(ape, "ape", stream),
+                     view(output, "output", stream), view(plans, "plans", stream))
+    if checker:
+        if not p.on_host:
+            raise ValueError("plans: the checker reads plans in host memory; copy them to the host first")
+        on_host = True
+    else:
+        on_host = _same_device([("state", s), ("input", i), ("ape", a), ("output", o), ("plans", p)])
+    batch = _records(p, "plans", DECODE_PLAN_BYTES, "decode plan")
+    head_dim, sd, idt, od = _common(s, i, a, o, batch, batch, "batch")
+    _aligned(p, "plans", DECODE_PLAN_BYTES)
+    if not checker:
+        _writable(s, "state")
+        _writable(o, "output")
+    args.head_dim, args.state_dtype, args.input_dtype, args.output_dtype = head_dim, sd, idt, od
+    args.state, args.state_pages = s.ptr, s.shape[0]
+    args.input, args.ape = i.ptr, a.ptr
+    args.output, args.output_rows = o.ptr, o.shape[0]
+    args.plans, args.batch = p.ptr, batch
+    _layout(layout, args)
+    args.pdl = 1 if pdl else 0
+    args.requests_per_block = _int(requests_per_block, "requests_per_block", _INT32)
+    return on_host, (s, i, a, o, p)
+
+
+def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream: Any = None, layout: Any = None,
+           requests_per_block: int = 0, pdl: bool = False, host_options: Optional[HostOptions] = None) -> None:
+    """One decode step: one new token per request (c128_decode, or c128_decode_host on the host).
+
+    Args:
+        state: [pages, 128, 2 * head_dim] f32 or bf16, the compression state (written).
+        input: [batch, 2 * head_dim] f32 or bf16, kv | score of each request's new token.
+        ape: [128, head_dim] float32, the position bias.
+        output: [rows >= batch, head_dim] f32 or bf16; row b is written only when request b
+            completed a window (its other rows are left as they are).
+        plans: batch decode plans: uint8 [batch, 16] (SGLang's), int32 [batch, 4] or a
+            DECODE_PLAN_DTYPE array.
+        stream: CUDA stream (int handle, or an object with cuda_stream / ptr); default: PyTorch's
+            current stream for PyTorch tensors, CuPy's for CuPy arrays, else the legacy default
+            stream. Host tensors take no stream.
+        layout: (rank, size, pages_per_rank) of a context-parallel state; default (0, 1, 0).
+        requests_per_block: 1..32 requests per block, 0 = automatic.
+        pdl: launch with programmatic dependent launch.
+        host_options: HostOptions for the host runner.
+
+    Raises:
+        TypeError, ValueError: an argument the binding refuses (named in the message).
+        Error: the library's status.
+    """
+    args = getattr(_tls, "decode", None)
+    if args is None:
+        args = _tls.decode = _lib.DecodeArgs()
+    handle = _resolve_stream(stream, state)
+    on_host, keep = _decode_bind(args, state, input, ape, output, plans, handle, layout, requests_per_block, pdl,
+                                 False)
+    if on_host:
+        _host_stream(stream)
+        options, message = _host_options(host_options)
+        _lib.check(_lib.decode_host(byref(args), options), "c128_decode_host", _run_detail(message))
+    else:
+        _torch_device_check(state, "state")
+        _lib.check(_lib.decode(byref(args), handle), "c128_decode")
+    del keep
+
+
+class Decode:
+    """A decode launch with its tensors checked and bound once: calling it launches
+    c128_decode (or runs the host runner) with the prebuilt argument struct, a single C call.
+
+    The arguments are :func:`decode`'s. The object keeps the tensors alive; their data must stay
+    where it was (no resize_, set_) and each call reads their current contents, which makes it
+    the natural body of a CUDA-graph step over static buffers. ``rebind(name=tensor, ...)``
+    replaces some of them (all checks again).
+    """
+
+    def __init__(self, state: Any, input: Any, ape: Any, output: Any, plans: Any, *, layout: Any = None,
+                 requests_per_block: int = 0, pdl: bool = False) -> None:
+        self._tensors = {"state": state, "input": input, "ape": ape, "output": output, "plans": plans}
+        self._options = {"layout": layout, "requests_per_block": requests_per_block, "pdl": pdl}
+        self._args = _lib.DecodeArgs()
+        self._ref = byref(self._args)
+        self._bind()
+
+    def _bind(self) -> None:
+        t = self._tensors
+        handle = _tensor_current_stream(t["state"])
+        self._on_host, _ = _decode_bind(self._args, t["state"], t["input"], t["ape"], t["output"], t["plans"], handle,
+                                        self._options["layout"], self._options["requests_per_block"],
+                                        self._options["pdl"], False)
+        if not self._on_host:
+            _torch_device_check(t["state"], "state")
+
+    def rebind(self, **tensors: Any) -> None:
+        """Replace some of the bound tensors (state, input, ape, output, plans)."""
+        for name in tensors:
+            if name not in self._tensors:
+                raise TypeError(f"{name}: not a tensor of Decode (state, input, ape, output, plans)")
+        old = dict(self._tensors)
+        self._tensors.update(tensors)
+        try:
+            self._bind()
+        except Exception:
+            self._tensors = old
+            self._bind()
+            raise
+
+    @property
+    def batch(self) -> int:
+        return self._args.batch
+
+    def __call__(self, stream: Any = None, *, host_options: Optional[HostOptions] = None) -> None:
+        """Launch (stream as in :func:`decode`, resolved at each call) or run on the host."""
+        if self._on_host:
+            _host_stream(stream)
+            options, message = _host_options(host_options)
+            _lib.check(_lib.decode_host(self._ref, options), "c128_decode_host", _run_detail(message))
+            return
+        handle = _tensor_current_stream(self._tensors["state"]) if stream is None else stream_handle(stream)
+        status = _lib.decode(self._ref, handle)
+        if status:
+            raise Error(status, "c128_decode")
+
+
+# ---- prefill ------------------------------------------------------------------------------------------
+def _prefill_bind(args: _lib.PrefillArgs, state: Any, input: Any, ape: Any, output: Any, compress_plans: Any,
+                  write_plans: Any, stream: int, layout: Any, windows_per_block: Any, pdl: Any,
+                  checker: bool) -> Tuple[bool, tuple]:
+    s, i, a, o = (view(state, "state", stream), view(input, "input", stream), view(ape, "ape", stream),
+                  view(output, "output", stream))
+    c, w = view(compress_plans, "compress_plans", stream), view(write_plans, "write_plans", stream)
+    if checker:
+        for v, name in ((c, "compress_plans"), (w, "write_plans")):
+            if not v.on_host:
+                raise ValueError(f"{name}: the checker reads plans in host memory; copy them to the host first")
+        on_host = True
+    else:
+        on_host = _same_device([("state", s), ("input", i), ("ape", a), ("output", o), ("compress_plans", c),
+                                ("write_plans", w)])
+    num_compress = _records(c, "compress_plans", COMPRESS_PLAN_BYTES, "compress plan")
+    num_write = _records(w, "write_plans", WRITE_PLAN_BYTES, "write plan")
+    head_dim, sd, idt, od = _common(s, i, a, o, None, num_compress, "rows")
+    _aligned(c, "compress_plans", COMPRESS_PLAN_BYTES)
+    _aligned(w, "write_plans", WRITE_PLAN_BYTES)
+    if not checker:
+        _writable(s, "state")
+        _writable(o, "output")
+    args.head_dim, args.state_dtype, args.input_dtype, args.output_dtype = head_dim, sd, idt, od
+    args.state, args.state_pages = s.ptr, s.shape[0]
+    args.input, args.input_rows = i.ptr, i.shape[0]
+    args.ape = a.ptr
+    args.output, args.output_rows = o.ptr, o.shape[0]
+    args.compress_plans, args.num_compress = c.ptr, num_compress
+    args.write_plans, args.num_write = w.ptr, num_write
+    _layout(layout, args)
+    args.pdl = 1 if pdl else 0
+    args.windows_per_block = _int(windows_per_block, "windows_per_block", _INT32)
+    return on_host, (s, i, a, o, c, w)
+
+
+def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
+            stream: Any = None, layout: Any = None, windows_per_block: int = 0, pdl: bool = False,
+            host_options: Optional[HostOptions] = None) -> None:
+    """A prefill / extend / verify batch: the compress launch, then the write launch, on one
+    stream (c128_prefill, or c128_prefill_host on the host).
+
+    Args:
+        state: [pages, 128, 2 * head_dim] f32 or bf16 (written).
+        input: [rows <= 65536, 2 * head_dim] f32 or bf16, the batch's tokens, ragged.
+        ape: [128, head_dim] float32.
+        output: [rows >= len(compress_plans), head_dim]: row k <- compress plan k.
+        compress_plans: uint8 [n, 16], int32 [n, 4] or COMPRESS_PLAN_DTYPE; every row is
+            launched (sentinel rows are skipped on the device).
+        write_plans: uint8 [m, 8], int32 [m, 2] or WRITE_PLAN_DTYPE.
+        stream, layout, pdl, host_options: as in :func:`decode`.
+        windows_per_block: 1..32 compress windows per block, 0 = automatic.
+    """
+    args = getattr(_tls, "prefill", None)
+    if args is None:
+        args = _tls.prefill = _lib.PrefillArgs()
+    handle = _resolve_stream(stream, state)
+    on_host, keep = _prefill_bind(args, state, input, ape, output, compress_plans, write_plans, handle, layout,
+                                  windows_per_block, pdl, False)
+    if on_host:
+        _host_stream(stream)
+        options, message = _host_options(host_options)
+        _lib.check(_lib.prefill_host(byref(args), options), "c128_prefill_host", _run_detail(message))
+    else:
+        _torch_device_check(state, "state")
+        _lib.check(_lib.prefill(byref(args), handle), "c128_prefill")
+    del keep
+
+
+class Prefill:
+    """A prefill launch with its tensors checked and bound once (see :class:`Decode`): tensors
+    state, input, ape, output, compress_plans, write_plans."""
+
+    _names = ("state", "input", "ape", "output", "compress_plans", "write_plans")
+
+    def __init__(self, state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
+                 layout: Any = None, windows_per_block: int = 0, pdl: bool = False) -> None:
+        self._tensors = dict(zip(self._names, (state, input, ape, output, compress_plans, write_plans)))
+        self._options = {"layout": layout, "windows_per_block": windows_per_block, "pdl": pdl}
+        self._args = _lib.PrefillArgs()
+        self._ref = byref(self._args)
+        self._bind()
+
+    def _bind(self) -> None:
+        t = self._tensors
+        handle = _tensor_current_stream(t["state"])
+        self._on_host, _ = _prefill_bind(self._args, *(t[n] for n in self._names), handle, self._options["layout"],
+                                         self._options["windows_per_block"], self._options["pdl"], False)
+        if not self._on_host:
+            _torch_device_check(t["state"], "state")
+
+    def rebind(self, **tensors: Any) -> None:
+        """Replace some of the bound tensors."""
+        for name in tensors:
+            if name not in self._tensors:
+                raise TypeError(f"{name}: not a tensor of Prefill ({', '.join(self._names)})")
+        old = dict(self._tensors)
+        self._tensors.update(tensors)
+        try:
+            self._bind()
+        except Exception:
+            self._tensors = old
+            self._bind()
+            raise
+
+    def __call__(self, stream: Any = None, *, host_options: Optional[HostOptions] = None) -> None:
+        """Launch (stream as in :func:`decode`) or run on the host."""
+        if self._on_host:
+            _host_stream(stream)
+            options, message = _host_options(host_options)
+            _lib.check(_lib.prefill_host(self._ref, options), "c128_prefill_host", _run_detail(message))
+            return
+        handle = _tensor_current_stream(self._tensors["state"]) if stream is None else stream_handle(stream)
+        status = _lib.prefill(self._ref, handle)
+        if status:
+            raise Error(status, "c128_prefill")
+
+
+# ---- the plan checker ---------------------------------------------------------------------------------
+_PLAN_KINDS = {0: "decode", 1: "compress", 2: "write"}
+
+
+class PlanReport(NamedTuple):
+    """The plan checker's verdict: ``index`` of the first offending plan (-1 when every plan is
+    fine), the array it is in (``kind``: 'decode', 'compress' or 'write') and why."""
+
+    index: int
+    kind: str
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.index < 0
+
+
+def _report(status: int, report: _lib.PlanReport, message: Any, function: str, default_kind: str) -> PlanReport:
+    if status == Status.ERROR_INVALID_PLAN:
+        return PlanReport(report.index, _PLAN_KINDS.get(report.kind, str(report.kind)),
+                          message.value.decode(errors="replace"))
+    _lib.check(status, function)
+    return PlanReport(-1, default_kind, "")
+
+
+def _new_report() -> Tuple[_lib.PlanReport, Any]:
+    message = create_string_buffer(256)
+    report = _lib.PlanReport()
+    report.index = -1
+    report.message = _addr(message)
+    report.message_size = len(message)
+    return report, message
+
+
+def check_decode_plans(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, layout: Any = None,
+                       requests_per_block: int = 0) -> PlanReport:
+    """Checks decode plans held in host memory against the launch :func:`decode` would make with
+    these arguments (c128_check_decode_plans). The tensors' shapes and dtypes are used, not their
+    data, so they may live anywhere. Returns the :class:`PlanReport`; arguments the launch would
+    refuse raise :class:`Error` with the launch's status."""
+    args = _lib.DecodeArgs()
+    _, keep = _decode_bind(args, state, input, ape, output, plans, 0, layout, requests_per_block, False, True)
+    report, message = _new_report()
+    status = _lib.check_decode_plans(byref(args), byref(report))
+    del keep
+    return _report(status, report, message, "c128_check_decode_plans", "decode")
+
+
+def check_prefill_plans(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
+                        layout: Any = None, windows_per_block: int = 0) -> PlanReport:
+    """Checks prefill plans held in host memory (c128_check_prefill_plans); see
+    :func:`check_decode_plans`. Compress plans are checked before write plans."""
+    args = _lib.PrefillArgs()
+    _, keep = _prefill_bind(args, state, input, ape, output, compress_plans, write_plans, 0, layout,
+                            windows_per_block, False, True)
+    report, message = _new_report()
+    status = _lib.check_prefill_plans(byref(args), byref(report))
+    del keep
+    return _report(status, report, message, "c128_check_prefill_plans", "compress")
+
+
+# ---- planners -----------------------------------------------------------------------------------------
+@dataclass
+class Ring:
+    """Where requests' tokens live (c128_ring): ``state_pages`` logical pages; a ring of
+    ``ring_tokens`` slots per request (a multiple of 128, 0 = 128); ``speculative`` when the
+    engine runs speculative decoding on it; an optional ``page_table`` int32 [num_pool, stride]
+    (page of pool row r, ring chunk k; host memory for the host planner, device memory for the
+    device planners). The default, Ring(state_pages), is the legacy layout (page = pool index)."""
+
+    state_pages: int
+    ring_tokens: int = 128
+    speculative: bool = False
+    page_table: Any = None
+
+
+def _ring(ring: Any, on_host: bool, stream: int = 0) -> Tuple[_lib.Ring, Optional[View]]:
+    if not isinstance(ring, Ring):
+        raise TypeError(f"ring: expected c128.Ring, got {describe(ring)}")
+    r = _lib.Ring()
+    r.ring_tokens = _int(ring.ring_tokens, "ring.ring_tokens", _INT32)
+    r.speculative = 1 if ring.speculative else 0
+    r.state_pages = _int(ring.state_pages, "ring.state_pages", _INT64)
+    table = None
+    if ring.page_table is not None:
+        table = view(ring.page_table, "ring.page_table", stream)
+        if table.dtype not in ("i32", "u32") or len(table.shape) != 2:
+            raise ValueError(f"ring.page_table: expected int32 [num_pool, stride], got {table.dtype} {_fmt(table.shape)}")
+        _contiguous(table, "ring.page_table")
+        _aligned(table, "ring.page_table", 4)
+        if table.on_host != on_host:
+            where = "host" if on_host else "device"
+            raise ValueError(f"ring.page_table: on {_dev(table.device)}; this planner reads {where} memory")
+        r.page_table, r.num_pool, r.page_table_stride = table.ptr, table.shape[0], table.shape[1]
+    return r, table
+
+
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError as e:  # pragma: no cover - numpy is present wherever tests run
+        raise ImportError("c128: new plan arrays and list arguments need NumPy") from e
+    return numpy
+
+
+_np_dtypes: dict = {}
+
+
+def _record_dtypes() -> dict:
+    if not _np_dtypes:
+        np = _numpy()
+        _np_dtypes["DECODE_PLAN_DTYPE"] = np.dtype(
+            [("seq_len", "<u4"), ("write_loc", "<i4"), ("read_page_0", "<i4"), ("read_page_1", "<i4")])
+        _np_dtypes["COMPRESS_PLAN_DTYPE"] = np.dtype(
+            [("seq_len", "<u4"), ("ragged_id", "<u2"), ("buffer_len", "<u2"), ("read_page_0", "<i4"),
+             ("read_page_1", "<i4")])
+        _np_dtypes["WRITE_PLAN_DTYPE"] = np.dtype([("ragged_id", "<u4"), ("write_loc", "<i4")])
+        _np_dtypes["REQUEST_DTYPE"] = np.dtype([("pool_index", "<i4"), ("seq_len", "<i4"), ("extend_len", "<i4")])
+    return _np_dtypes
+
+
+def __getattr__(name: str) -> Any:
+    """DECODE_PLAN_DTYPE, COMPRESS_PLAN_DTYPE, WRITE_PLAN_DTYPE, REQUEST_DTYPE: NumPy record
+    dtypes of the plan and request layouts (created on first use: NumPy is optional)."""
+    if name in ("DECODE_PLAN_DTYPE", "COMPRESS_PLAN_DTYPE", "WRITE_PLAN_DTYPE", "REQUEST_DTYPE"):
+        return _record_dtypes()[name]
+    raise AttributeError(f"module 'c128' has no attribute {name!r}")
+
+
+def _new_records(n: int, dtype_name: str) -> Any:
+    """A NumPy record array of n entries, aligned to the record size."""
+    np = _numpy()
+    dtype = _record_dtypes()[dtype_name]
+    align = 16
+    raw = np.empty(n * dtype.itemsize + align, np.uint8)
+    offset = (-raw.ctypes.data) % align
+    return raw[offset:offset + n * dtype.itemsize].view(dtype)
+
+
+def requests(pool_indices: Any, seq_lens: Any, extend_lens: Any = None) -> Any:
+    """A request array (int32 [n, 3]: pool_index, seq_len, extend_len) from three sequences;
+    extend_lens defaults to 1 each (a decode batch)."""
+    np = _numpy()
+    try:
+        pool = np.asarray(pool_indices, dtype=np.int64).reshape(-1)
+        seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
+        ext = np.ones_like(seq) if extend_lens is None else np.asarray(extend_lens, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"requests: expected three integer sequences ({e})") from e
+    if not len(pool) == len(seq) == len(ext):
+        raise ValueError(f"requests: pool_indices, seq_lens, extend_lens have lengths {len(pool)}, {len(seq)}, "
+                         f"{len(ext)}")
+    out = np.stack([pool, seq, ext], axis=1)
+    for name, col in (("pool_indices", pool), ("seq_lens", seq), ("extend_lens", ext)):
+        if len(col) and (col.min() < _INT32[0] or col.max() > _INT32[1]):
+            raise ValueError(f"{name}: values do not fit int32")
+    return np.ascontiguousarray(out, dtype=np.int32)
+
+
+def _requests_view(reqs: Any, on_host: Optional[bool], stream: int) -> Tuple[View, Any, int]:
+    """(view, the object to keep alive, count) of a request tensor; lists become NumPy arrays."""
+    keep = reqs
+    if isinstance(reqs, (list, tuple)):
+        np = _numpy()
+        try:
+            keep = np.ascontiguousarray(np.asarray(reqs, dtype=np.int32).reshape(-1, 3))
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"requests: expected [n, 3] integers (pool_index, seq_len, extend_len) ({e})") from e
+    v = view(keep, "requests", stream)
+    n = _records(v, "requests", REQUEST_BYTES, "request")
+    if v.dtype not in ("i32", "u32", "void12"):
+        raise TypeError(f"requests: expected int32 [n, 3] (pool_index, seq_len, extend_len), got {v.dtype}")
+    _aligned(v, "requests", 4)
+    if on_host is not None and v.on_host != on_host:
+        raise ValueError("requests: the host planner reads host memory (plan_*_device takes device arrays)" if on_host
+                         else "requests: on the host; the device planners take device arrays (or all host arrays)")
+    return v, keep, n
+
+
+def _plan_out(out: Any, name: str, n: int, record_bytes: int, what: str, on_host: Optional[bool],
+              device: Optional[Tuple[str, int]], stream: int, need: str = "the batch") -> View:
+    v = view(out, name, stream)
+    rows = _records(v, name, record_bytes, what)
+    if rows < n:
+        raise ValueError(f"{name}: {rows} rows, {need} needs {n}")
+    _aligned(v, name, record_bytes)
+    _writable(v, name)
+    if on_host is not None and v.on_host != on_host:
+        raise ValueError(f"{name}: on {_dev(v.device)}; the host planner writes host memory")
+    if device is not None and v.device != device:
+        raise ValueError(f"{name}: on {_dev(v.device)}, requests on {_dev(device)}; one device per call")
+    return v
+
+
+def plan_decode(ring: Ring, requests: Any, out: Any = None) -> Any:
+    """Plans a decode batch on the host (c128_plan_decode): one plan per request.
+
+    Args:
+        ring: the :class:`Ring`.
+        requests: int32 [n, 3] (pool_index, seq_len, extend_len; extend_len ignored, seq_len 0 =
+            padding row) in host memory, or a list of such triples.
+        out: where to write the n plans (host, uint8 [>= n, 16], int32 [>= n, 4] or
+            DECODE_PLAN_DTYPE); default: a new DECODE_PLAN_DTYPE array.
+
+    Returns:
+        out (or the new array). A refused batch raises :class:`Error` and leaves out untouched.
+    """
+    r, table = _ring(ring, True)
+    req, keep, n = _requests_view(requests, True, 0)
+    if out is None:
+        out = _new_records(max(n, 0), "DECODE_PLAN_DTYPE")
+    o = _plan_out(out, "out", n, DECODE_PLAN_BYTES, "decode plan", True, None, 0)
+    _lib.check(_lib.plan_decode(byref(r), req.ptr, n, o.ptr), "c128_plan_decode")
+    del keep, table
+    return out
+
+
+class PrefillPlans(NamedTuple):
+    """The prefill planner's output: the two plan arrays (``capacity`` rows each; padded with
+    sentinels when asked) and how many plans of each it emitted. Launch
+    ``compress[:num_compress]`` / ``write[:num_write]``, or the whole padded arrays."""
+
+    compress: Any
+    write: Any
+    num_compress: int
+    num_write: int
+
+
+def plan_prefill(ring: Ring, requests: Any, *, verify: bool = False, capacity: Optional[int] = None,
+                 pad_to_capacity: bool = False, compress: Any = None, write: Any = None) -> PrefillPlans:
+    """Plans a prefill / extend / verify batch on the host (c128_plan_prefill).
+
+    Args:
+        ring: the :class:`Ring`.
+        requests: int32 [n, 3] (pool_index, seq_len after the batch, extend_len) in host memory,
+            or a list of such triples; {any, 0, 0} is an absent request.
+        verify: a speculative verify batch (extend_len = drafts, root included).
+        capacity: rows of each plan array; default: the given arrays' rows, else the batch's
+            input rows (always enough) capped at 65536.
+        pad_to_capacity: fill the arrays' tails with invalid sentinels (fixed-size launches).
+        compress, write: where to write (host; uint8 [>= capacity, 16] / [>= capacity, 8],
+            int32, or the record dtypes); default: new record arrays.
+    """
+    r, table = _ring(ring, True)
+    req, keep, n = _requests_view(requests, True, 0)
+    if capacity is None:
+        rows = []
+        for name, arr in (("compress", compress), ("write", write)):
+            if arr is not None:
+                rows.append(_records(view(arr, name), name, COMPRESS_PLAN_BYTES if name == "compress"
+                                     else WRITE_PLAN_BYTES, f"{name} plan"))
+        if rows:
+            capacity = min(rows)
+        else:  # the batch's input rows: the extend_len column
+            rows_total = 0
+            if n > 0:
+                table3 = (c_int32 * (3 * n)).from_address(req.ptr)
+                rows_total = sum(max(table3[3 * k + 2], 0) for k in range(n))
+            capacity = min(rows_total, MAX_PREFILL_ROWS)
+    capacity = _int(capacity, "capacity", _INT64)
+    allocate = 0 <= capacity <= MAX_PREFILL_ROWS  # the library refuses other capacities before writing
+    if compress is None:
+        compress = _new_records(capacity if allocate else 0, "COMPRESS_PLAN_DTYPE")
+    if write is None:
+        write = _new_records(capacity if allocate else 0, "WRITE_PLAN_DTYPE")
+    need = capacity if allocate else 0
+    c = _plan_out(compress, "compress", need, COMPRESS_PLAN_BYTES, "compress plan", True, None, 0, "capacity")
+    w = _plan_out(write, "write", need, WRITE_PLAN_BYTES, "write plan", True, None, 0, "capacity")
+    plans = _lib.PrefillPlans()
+    plans.compress, plans.write, plans.capacity = c.ptr, w.ptr, capacity
+    plans.pad_to_capacity = 1 if pad_to_capacity else 0
+    _lib.check(_lib.plan_prefill(byref(r), req.ptr, n, 1 if verify else 0, byref(plans)), "c128_plan_prefill")
+    del keep, table
+    return PrefillPlans(compress, write, plans.num_compress, plans.num_write)
+
+
+def plan_workspace_size(num_requests: int) -> int:
+    """Bytes of device-planner workspace for num_requests (0 for a count the planners refuse)."""
+    return _lib.plan_workspace_size(_int(num_requests, "num_requests", _INT64))
+
+
+def _device_plan_common(ring: Ring, requests: Any, status: Any, workspace: Any, stream: Any
+                        ) -> Tuple[_lib.DevicePlanArgs, bool, int, tuple, Tuple[str, int]]:
+    handle = _resolve_stream(stream, requests)
+    req, keep, n = _requests_view(requests, None, handle)
+    on_host = req.on_host
+    if on_host:
+        _host_stream(stream)
+    r, table = _ring(ring, on_host, handle)
+    if table is not None and table.device != req.device:
+        raise ValueError(f"ring.page_table: on {_dev(table.device)}, requests on {_dev(req.device)}")
+    st = view(status, "status", handle)
+    if st.dtype not in ("i32", "u32") or st.nbytes < 4:
+        raise ValueError(f"status: expected an int32 tensor of at least 1 element, got {st.dtype} {_fmt(st.shape)}")
+    ws = view(workspace, "workspace", handle)
+    need = _lib.plan_workspace_size(n)
+    if ws.nbytes < need:
+        raise ValueError(f"workspace: {ws.nbytes} bytes, c128.plan_workspace_size({n}) = {need}")
+    for v, name, align in ((st, "status", 4), (ws, "workspace", 8)):
+        _contiguous(v, name)
+        _aligned(v, name, align)
+        _writable(v, name)
+        if v.device != req.device:
+            raise ValueError(f"{name}: on {_dev(v.device)}, requests on {_dev(req.device)}; one device per call")
+    a = _lib.DevicePlanArgs()
+    a.ring = r
+    a.requests, a.num_requests = req.ptr, n
+    a.status, a.workspace = st.ptr, ws.ptr
+    return a, on_host, handle, (keep, table, req, st, ws), req.device
+
+
+def plan_decode_device(ring: Ring, requests: Any, plans: Any, status: Any, workspace: Any, *, stream: Any = None,
+                       pdl: bool = False) -> None:
+    """The decode planner on the device (c128_plan_decode_device), for CUDA graphs: reads the
+    requests (int32 [n, 3]) from device memory, writes n plans into ``plans`` and the batch's
+    c128_status into ``status`` (int32 [1]), using ``workspace`` (>= plan_workspace_size(n)
+    bytes). Host arrays run the same code on the CPU (c128_plan_decode_device_host).
+
+    A bad batch is not an exception: its status goes to ``status`` and every plan becomes a
+    padding row. Arguments the planner refuses raise :class:`Error` (and are written to status).
+    """
+    a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream)
+    p = _plan_out(plans, "plans", a.num_requests, DECODE_PLAN_BYTES, "decode plan", None, device, handle)
+    a.decode = p.ptr
+    a.pdl = 1 if pdl else 0
+    if on_host:
+        _lib.check(_lib.plan_decode_device_host(byref(a)), "c128_plan_decode_device_host")
+    else:
+        _torch_device_check(requests, "requests")
+        _lib.check(_lib.plan_decode_device(byref(a), handle), "c128_plan_decode_device")
+    del keep
+
+
+def plan_prefill_device(ring: Ring, requests: Any, compress: Any, write: Any, counts: Any, status: Any,
+                        workspace: Any, *, verify: bool = False, capacity: Optional[int] = None, stream: Any = None,
+                        pdl: bool = False) -> None:
+    """The prefill planner on the device (c128_plan_prefill_device): plans padded to
+    ``capacity`` (default: the plan arrays' rows) with sentinels, num_compress and num_write in
+    ``counts`` (int64 [2], or None), the batch's status in ``status``. Byte-identical to
+    :func:`plan_prefill` with pad_to_capacity. Host arrays run it on the CPU."""
+    a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream)
+    c_rows = _records(view(compress, "compress", handle), "compress", COMPRESS_PLAN_BYTES, "compress plan")
+    w_rows = _records(view(write, "write", handle), "write", WRITE_PLAN_BYTES, "write plan")
+    capacity = min(c_rows, w_rows) if capacity is None else _int(capacity, "capacity", _INT64)
+    need = capacity if 0 <= capacity <= MAX_PREFILL_ROWS else 0
+    c = _plan_out(compress, "compress", need, COMPRESS_PLAN_BYTES, "compress plan", None, device, handle, "capacity")
+    w = _plan_out(write, "write", need, WRITE_PLAN_BYTES, "write plan", None, device, handle, "capacity")
+    k = None
+    if counts is not None:
+        k = view(counts, "counts", handle)
+        if k.dtype not in ("i64", "u64") or k.nbytes < 16:
+            raise ValueError(f"counts: expected an int64 tensor of at least 2 elements, got {k.dtype} {_fmt(k.shape)}")
+        _contiguous(k, "counts")
+        _aligned(k, "counts", 8)
+        _writable(k, "counts")
+        if k.device != device:
+            raise ValueError(f"counts: on {_dev(k.device)}, requests on {_dev(device)}; one device per call")
+    a.compress, a.write, a.capacity = c.ptr, w.ptr, capacity
+    a.counts = k.ptr if k is not None else None
+    a.verify = 1 if verify else 0
+    a.pdl = 1 if pdl else 0
+    if on_host:
+        _lib.check(_lib.plan_prefill_device_host(byref(a)), "c128_plan_prefill_device_host")
+    else:
+        _torch_device_check(requests, "requests")
+        _lib.check(_lib.plan_prefill_device(byref(a), handle), "c128_plan_prefill_device")
+    del keep
+
+
+# ---- bf16 -------------------------------------------------------------------------------------------
+def bf16_from_float(values: Any) -> Any:
+    """float32 values -> bf16 bit patterns (NumPy uint16), rounded to nearest even as the
+    library rounds (c128_bf16_from_float; NaN stays a quiet NaN)."""
+    np = _numpy()
+    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    return np.where(nan, ((u >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16), rounded)
+
+
+def bf16_to_float(bits: Any) -> Any:
+    """bf16 bit patterns (uint16) -> float32 (exact)."""
+    np = _numpy()
+    return (np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+__version__: str = build_info().version
+
+from . import sglang  # noqa: E402  (the drop-in needs the names above)
