@@ -1,0 +1,120 @@
+"""The package and the library it loads: version, build information, the instance table, the
+statuses, the ctypes structures against a C compiler's layout, bf16 rounding."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import c128
+from c128 import _lib
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_version(checked) -> None:
+    info = c128.build_info()
+    assert c128.__version__ == info.version
+    assert info.version_number == sum(int(p) * m for p, m in zip(info.version.split("."), (10000, 100, 1)))
+    meson = ROOT / "meson.build"
+    if meson.exists():
+        assert re.search(r"version: '([^']+)'", meson.read_text()).group(1) == c128.__version__
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        return
+    try:
+        installed = version("c128")
+    except PackageNotFoundError:
+        installed = None
+    if installed is not None and not os.environ.get(_lib.LIBRARY_ENV):
+        assert installed == c128.__version__
+    checked(f"c128 {c128.__version__} ({info.math} math, {info.epilogue} epilogue) from {c128.library_path()}")
+
+
+def test_instances() -> None:
+    table = c128.instances()
+    assert len(table) == c128.build_info().instance_count == 24
+    assert len({i.name for i in table}) == 24
+    for i in table:
+        assert i.name == f"h{i.head_dim}_{i.state_dtype}_{i.input_dtype}_{i.output_dtype}"
+        assert c128.find_instance(i.head_dim, i.state_dtype, i.input_dtype, i.output_dtype) == i
+        assert i.num_split == i.head_dim // 64 and i.row_elems == 2 * i.head_dim and i.page_elems == 128 * i.row_elems
+    assert {i.head_dim for i in table} == {128, 256, 512}
+    assert c128.find_instance(384, "f32", "f32", "f32") is None
+    assert c128.find_instance(512, c128.BF16, "float32", "f32").name == "h512_bf16_f32_f32"
+    with pytest.raises(TypeError, match="^state_dtype: "):
+        c128.find_instance(512, "f16", "f32", "f32")
+
+
+def test_statuses() -> None:
+    assert [s.value for s in c128.Status] == list(range(25))
+    assert c128.Status.SUCCESS == 0 and c128.Status.ERROR_ALIASED == 23 and c128.Status.ERROR_PAGE_SHARED == 24
+    for s in c128.Status:
+        assert _lib.STATUS_TEXT[s].startswith(f"C128_{s.name}: ")
+
+
+def test_group_sizes() -> None:
+    assert c128.decode_group_size(0, 512, 132) == 1
+    assert 1 <= c128.decode_group_size(4096, 512, 132) <= c128.MAX_DECODE_GROUP
+    assert 1 <= c128.prefill_group_size(4096, 512, 132) <= c128.MAX_PREFILL_GROUP
+    with pytest.raises(ValueError, match="^head_dim: "):
+        c128.decode_group_size(1, 2**40, 1)
+
+
+def _cuda_include() -> Path | None:
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    for base in (Path(nvcc).resolve().parent.parent, Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))):
+        if (base / "include" / "cuda_runtime_api.h").exists():
+            return base / "include"
+    return None
+
+
+def test_structures_match_the_header(tmp_path: Path, checked) -> None:
+    """Every ctypes structure has c128.cuh's size and field offsets, as a C compiler lays them out."""
+    header, include, cc = ROOT / "c128.cuh", _cuda_include(), shutil.which("cc") or shutil.which("gcc")
+    if not header.exists() or include is None or cc is None:
+        pytest.skip("needs c128.cuh (a source tree), the CUDA headers and a C compiler")
+    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "c128.cuh"', "int main(void) {"]
+    expected = []
+    for cname, struct in _lib.STRUCTURES.items():
+        lines.append(f'printf("%zu\\n", sizeof({cname}));')
+        expected.append(("sizeof", cname, _sizeof(struct)))
+        for field, _ in struct._fields_:
+            lines.append(f'printf("%zu\\n", offsetof({cname}, {field}));')
+            expected.append((field, cname, getattr(struct, field).offset))
+    lines.append("return 0; }")
+    src = tmp_path / "layout.c"
+    src.write_text("\n".join(lines))
+    exe = tmp_path / "layout"
+    subprocess.run([cc, "-std=c11", f"-I{ROOT}", f"-I{include}", str(src), "-o", str(exe)], check=True)
+    got = [int(v) for v in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
+    assert [(f, c, v) for (f, c, _), v in zip(expected, got)] == expected
+    checked(f"ABI: {len(_lib.STRUCTURES)} ctypes structures = c128.cuh's layouts ({len(expected)} sizes and offsets)")
+
+
+def _sizeof(struct) -> int:
+    import ctypes
+
+    return ctypes.sizeof(struct)
+
+
+def test_bf16_rounding_is_the_librarys() -> None:
+    rng = np.random.default_rng(0)
+    values = np.concatenate([
+        rng.standard_normal(2000).astype(np.float32) * np.float32(1e3),
+        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-45, 3.4e38, 1.00390625, 1.01171875], np.float32),
+        np.frombuffer(rng.integers(0, 2**32, 2000, dtype=np.uint64).astype(np.uint32).tobytes(), np.float32),
+    ])
+    got = c128.bf16_from_float(values)
+    want = np.array([_lib.bf16_from_float(float(v)) for v in values], np.uint16)
+    assert got.tobytes() == want.tobytes()
+    back = c128.bf16_to_float(got)
+    want_back = np.array([_lib.bf16_to_float(int(b)) for b in got], np.float32)
+    assert back.tobytes() == want_back.tobytes()
