@@ -30,11 +30,12 @@ from __future__ import annotations
 import threading
 from ctypes import byref, c_int32, create_string_buffer
 from dataclasses import dataclass
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _lib
 from ._lib import Error, Status, library_path
-from ._tensor import CPU, View, describe, stream_handle, view
+from ._tensor import (CPU, View, current_device_check, current_stream, current_stream_function, describe,
+                      stream_handle, view)
 
 __all__ = [
     "__version__", "Error", "Status", "F32", "BF16", "WINDOW", "FAST_BOUND", "MAX_PREFILL_ROWS",
@@ -42,7 +43,7 @@ __all__ = [
     "PrefillPlans", "instances", "find_instance", "build_info", "decode", "prefill", "Decode", "Prefill",
     "check_decode_plans", "check_prefill_plans", "requests", "plan_decode", "plan_prefill", "plan_workspace_size",
     "plan_decode_device", "plan_prefill_device", "decode_group_size", "prefill_group_size", "bf16_from_float",
-    "bf16_to_float", "library_path", "DECODE_PLAN_DTYPE", "COMPRESS_PLAN_DTYPE", "WRITE_PLAN_DTYPE", "REQUEST_DTYPE",
+    "bf16_to_float", "library_path", "sglang", "DECODE_PLAN_DTYPE", "COMPRESS_PLAN_DTYPE", "WRITE_PLAN_DTYPE", "REQUEST_DTYPE",
 ]
 
 # ---- constants (c128.cuh >>config, >>dtypes) -------------------------------------------------------
@@ -220,8 +221,9 @@ def _same_device(views: Sequence[Tuple[str, View]]) -> bool:
 
 def _layout(layout: Any, args: Any) -> None:
     if layout is None:
-        rank, size, pages = 0, 1, 0
-    elif isinstance(layout, (tuple, list)):
+        args.layout.rank, args.layout.size, args.layout.pages_per_rank = 0, 1, 0
+        return
+    if isinstance(layout, (tuple, list)):
         if len(layout) != 3:
             raise ValueError(f"layout: expected (rank, size, pages_per_rank), got {len(layout)} values")
         rank, size, pages = layout
@@ -235,26 +237,12 @@ def _layout(layout: Any, args: Any) -> None:
 
 
 def _resolve_stream(stream: Any, first: Any) -> int:
-    if stream is None:
-        return _tensor_current_stream(first)
-    return stream_handle(stream)
-
-
-def _tensor_current_stream(obj: Any) -> int:
-    from ._tensor import current_stream
-
-    return current_stream(obj)
+    return current_stream(first) if stream is None else stream_handle(stream)
 
 
 def _host_stream(stream: Any) -> None:
     if stream is not None and stream_handle(stream) != 0:
         raise ValueError("stream: host tensors run the host runner synchronously; pass no stream")
-
-
-def _torch_device_check(obj: Any, name: str) -> None:
-    from ._tensor import current_device_check
-
-    current_device_check(obj, name)
 
 
 def _state_shape(s: View) -> int:
@@ -399,7 +387,7 @@ def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream:
         options, message = _host_options(host_options)
         _lib.check(_lib.decode_host(byref(args), options), "c128_decode_host", _run_detail(message))
     else:
-        _torch_device_check(state, "state")
+        current_device_check(state, "state")
         _lib.check(_lib.decode(byref(args), handle), "c128_decode")
     del keep
 
@@ -424,12 +412,13 @@ class Decode:
 
     def _bind(self) -> None:
         t = self._tensors
-        handle = _tensor_current_stream(t["state"])
+        handle = current_stream(t["state"])
         self._on_host, _ = _decode_bind(self._args, t["state"], t["input"], t["ape"], t["output"], t["plans"], handle,
                                         self._options["layout"], self._options["requests_per_block"],
                                         self._options["pdl"], False)
         if not self._on_host:
-            _torch_device_check(t["state"], "state")
+            current_device_check(t["state"], "state")
+        self._stream = current_stream_function(t["state"])
 
     def rebind(self, **tensors: Any) -> None:
         """Replace some of the bound tensors (state, input, ape, output, plans)."""
@@ -456,8 +445,7 @@ class Decode:
             options, message = _host_options(host_options)
             _lib.check(_lib.decode_host(self._ref, options), "c128_decode_host", _run_detail(message))
             return
-        handle = _tensor_current_stream(self._tensors["state"]) if stream is None else stream_handle(stream)
-        status = _lib.decode(self._ref, handle)
+        status = _lib.decode(self._ref, self._stream() if stream is None else stream_handle(stream))
         if status:
             raise Error(status, "c128_decode")
 
@@ -526,7 +514,7 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
         options, message = _host_options(host_options)
         _lib.check(_lib.prefill_host(byref(args), options), "c128_prefill_host", _run_detail(message))
     else:
-        _torch_device_check(state, "state")
+        current_device_check(state, "state")
         _lib.check(_lib.prefill(byref(args), handle), "c128_prefill")
     del keep
 
@@ -547,11 +535,12 @@ class Prefill:
 
     def _bind(self) -> None:
         t = self._tensors
-        handle = _tensor_current_stream(t["state"])
+        handle = current_stream(t["state"])
         self._on_host, _ = _prefill_bind(self._args, *(t[n] for n in self._names), handle, self._options["layout"],
                                          self._options["windows_per_block"], self._options["pdl"], False)
         if not self._on_host:
-            _torch_device_check(t["state"], "state")
+            current_device_check(t["state"], "state")
+        self._stream = current_stream_function(t["state"])
 
     def rebind(self, **tensors: Any) -> None:
         """Replace some of the bound tensors."""
@@ -574,8 +563,7 @@ class Prefill:
             options, message = _host_options(host_options)
             _lib.check(_lib.prefill_host(self._ref, options), "c128_prefill_host", _run_detail(message))
             return
-        handle = _tensor_current_stream(self._tensors["state"]) if stream is None else stream_handle(stream)
-        status = _lib.prefill(self._ref, handle)
+        status = _lib.prefill(self._ref, self._stream() if stream is None else stream_handle(stream))
         if status:
             raise Error(status, "c128_prefill")
 
@@ -908,7 +896,7 @@ def plan_decode_device(ring: Ring, requests: Any, plans: Any, status: Any, works
     if on_host:
         _lib.check(_lib.plan_decode_device_host(byref(a)), "c128_plan_decode_device_host")
     else:
-        _torch_device_check(requests, "requests")
+        current_device_check(requests, "requests")
         _lib.check(_lib.plan_decode_device(byref(a), handle), "c128_plan_decode_device")
     del keep
 
@@ -944,7 +932,7 @@ def plan_prefill_device(ring: Ring, requests: Any, compress: Any, write: Any, co
     if on_host:
         _lib.check(_lib.plan_prefill_device_host(byref(a)), "c128_plan_prefill_device_host")
     else:
-        _torch_device_check(requests, "requests")
+        current_device_check(requests, "requests")
         _lib.check(_lib.plan_prefill_device(byref(a), handle), "c128_plan_prefill_device")
     del keep
 

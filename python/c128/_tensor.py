@@ -12,8 +12,9 @@ any asynchronous CUDA call.
 from __future__ import annotations
 
 import ctypes
+import struct
 import sys
-from ctypes import POINTER, Structure, c_char_p, c_int32, c_int64, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p
+from ctypes import c_char_p, c_void_p
 from typing import Any, Optional, Tuple
 
 CPU = "cpu"
@@ -36,44 +37,6 @@ _TYPESTR = {
 }
 ITEMSIZE = {"f32": 4, "f16": 2, "f64": 8, "bf16": 2, "i8": 1, "i16": 2, "i32": 4, "i64": 8,
             "u8": 1, "u16": 2, "u32": 4, "u64": 8, "bool": 1}
-
-
-class _DLDevice(Structure):
-    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
-
-
-class _DLDataType(Structure):
-    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
-
-
-class _DLTensor(Structure):
-    _fields_ = [
-        ("data", c_void_p),
-        ("device", _DLDevice),
-        ("ndim", c_int32),
-        ("dtype", _DLDataType),
-        ("shape", POINTER(c_int64)),
-        ("strides", POINTER(c_int64)),
-        ("byte_offset", c_uint64),
-    ]
-
-
-class _DLManagedTensor(Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", c_void_p), ("deleter", c_void_p)]
-
-
-class _DLPackVersion(Structure):
-    _fields_ = [("major", c_uint32), ("minor", c_uint32)]
-
-
-class _DLManagedTensorVersioned(Structure):
-    _fields_ = [
-        ("version", _DLPackVersion),
-        ("manager_ctx", c_void_p),
-        ("deleter", c_void_p),
-        ("flags", c_uint64),
-        ("dl_tensor", _DLTensor),
-    ]
 
 
 _capsule_name = ctypes.pythonapi.PyCapsule_GetName
@@ -139,16 +102,15 @@ def _torch_dtype_table(torch: Any) -> dict:
 
 
 def _from_torch(t: Any, name: str, torch: Any) -> View:
-    dtype = _torch_dtype_table(torch).get(t.dtype)
+    dtype = (_torch_dtypes or _torch_dtype_table(torch)).get(t.dtype)
     if dtype is None:
         raise TypeError(f"{name}: unsupported dtype {t.dtype}")
-    dev = t.device
-    if dev.type == "cuda":
-        device = (CUDA, dev.index if dev.index is not None else 0)
-    elif dev.type == "cpu":
+    if t.is_cuda:
+        device = (CUDA, t.get_device())
+    elif t.device.type == "cpu":
         device = (CPU, 0)
     else:
-        raise ValueError(f"{name}: tensors on {dev.type} are not supported (cpu or cuda)")
+        raise ValueError(f"{name}: tensors on {t.device.type} are not supported (cpu or cuda)")
     return View(t.data_ptr(), tuple(t.shape), dtype, ITEMSIZE[dtype], device, t.is_contiguous(), False, "torch", None)
 
 
@@ -173,11 +135,14 @@ def _dlpack_stream(device_type: int, stream: int) -> Optional[int]:
     return 1 if stream == 0 else stream
 
 
+# DLTensor: data, device (type, id), ndim, dtype (code, bits, lanes), shape, strides, byte_offset;
+# DLManagedTensorVersioned puts version (major, minor), manager_ctx, deleter, flags before it.
+_DLTENSOR = struct.Struct("<QiiiBBHQQQ")
+_VERSIONED_HEAD = struct.Struct("<IIQQQ")
+
+
 def _from_dlpack(obj: Any, name: str, stream: int) -> View:
-    device_type, device_id = obj.__dlpack_device__()
-    kind = _DL_DEVICE_KIND.get(int(device_type))
-    if kind is None:
-        raise ValueError(f"{name}: DLPack device type {device_type} is not supported (CPU, CUDA, CUDA host/managed)")
+    device_type, _ = obj.__dlpack_device__()
     s = _dlpack_stream(int(device_type), stream)
     try:
         capsule = obj.__dlpack__(stream=s, max_version=(1, 1)) if s is not None else obj.__dlpack__(max_version=(1, 1))
@@ -185,30 +150,37 @@ def _from_dlpack(obj: Any, name: str, stream: int) -> View:
         capsule = obj.__dlpack__(stream=s) if s is not None else obj.__dlpack__()
     if type(capsule).__name__ != "PyCapsule":
         raise TypeError(f"{name}: __dlpack__ returned {describe(capsule)}, not a capsule")
-    cname = _capsule_name(capsule)
     flags = 0
-    if cname == b"dltensor_versioned":
-        managed = _DLManagedTensorVersioned.from_address(_capsule_pointer(capsule, cname))
-        if managed.version.major != 1:
-            raise TypeError(f"{name}: DLPack {managed.version.major}.{managed.version.minor} is not supported (1.x)")
-        flags = managed.flags
-    elif cname == b"dltensor":
-        managed = _DLManagedTensor.from_address(_capsule_pointer(capsule, cname))
+    try:  # the name tells the layout; a producer that took max_version returns a versioned capsule
+        address = _capsule_pointer(capsule, b"dltensor_versioned")
+        raw = ctypes.string_at(address, _VERSIONED_HEAD.size + _DLTENSOR.size)
+        major, minor, _, _, flags = _VERSIONED_HEAD.unpack_from(raw)
+        if major != 1:
+            raise TypeError(f"{name}: DLPack {major}.{minor} is not supported (1.x)")
+        fields = _DLTENSOR.unpack_from(raw, _VERSIONED_HEAD.size)
+    except ValueError:
+        try:
+            address = _capsule_pointer(capsule, b"dltensor")
+        except ValueError:
+            raise TypeError(f"{name}: __dlpack__ returned a capsule named {_capsule_name(capsule)!r} "
+                            f"(consumed already?)") from None
+        fields = _DLTENSOR.unpack(ctypes.string_at(address, _DLTENSOR.size))
+    data, dev_type, dev_id, ndim, code, bits, lanes, shape_ptr, strides_ptr, offset = fields
+    if not ndim:
+        shape, strides = (), None
+    elif strides_ptr == shape_ptr + 8 * ndim:  # one read when the two arrays are adjacent
+        both = struct.unpack(f"<{2 * ndim}q", ctypes.string_at(shape_ptr, 16 * ndim))
+        shape, strides = both[:ndim], both[ndim:]
     else:
-        raise TypeError(f"{name}: __dlpack__ returned a capsule named {cname!r} (consumed already?)")
-    t = managed.dl_tensor
-    ndim = t.ndim
-    shape = tuple(t.shape[i] for i in range(ndim))
-    strides = tuple(t.strides[i] for i in range(ndim)) if t.strides else None
-    dtype = _DL_DTYPES.get((t.dtype.code, t.dtype.bits)) if t.dtype.lanes == 1 else None
+        shape = struct.unpack(f"<{ndim}q", ctypes.string_at(shape_ptr, 8 * ndim))
+        strides = struct.unpack(f"<{ndim}q", ctypes.string_at(strides_ptr, 8 * ndim)) if strides_ptr else None
+    dtype = _DL_DTYPES.get((code, bits)) if lanes == 1 else None
     if dtype is None:
-        raise TypeError(f"{name}: unsupported DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, "
-                        f"{t.dtype.lanes} lanes)")
-    kind = _DL_DEVICE_KIND.get(t.device.device_type)  # the capsule's own device is authoritative
+        raise TypeError(f"{name}: unsupported DLPack dtype (code {code}, {bits} bits, {lanes} lanes)")
+    kind = _DL_DEVICE_KIND.get(dev_type)  # the capsule's own device is authoritative
     if kind is None:
-        raise ValueError(f"{name}: DLPack device type {t.device.device_type} is not supported")
-    ptr = (t.data or 0) + t.byte_offset
-    return View(ptr, shape, dtype, ITEMSIZE[dtype], (kind, t.device.device_id if kind == CUDA else 0),
+        raise ValueError(f"{name}: DLPack device type {dev_type} is not supported (CPU, CUDA, CUDA host/managed)")
+    return View(data + offset, shape, dtype, ITEMSIZE[dtype], (kind, dev_id if kind == CUDA else 0),
                 _compact(shape, strides, 1), bool(flags & _DL_READ_ONLY), "dlpack", capsule)
 
 
@@ -278,23 +250,43 @@ def _cai_device(obj: Any) -> int:
 
 
 # ---- streams -----------------------------------------------------------------------------------------
+_torch_raw: list = []  # [torch._C._cuda_getCurrentRawStream or None, torch._C._cuda_getDevice or None]
+
+
+def _torch_raw_functions(torch: Any) -> list:
+    if not _torch_raw:
+        _torch_raw.extend([getattr(torch._C, "_cuda_getCurrentRawStream", None),
+                           getattr(torch._C, "_cuda_getDevice", None)])
+    return _torch_raw
+
+
 def current_stream(obj: Any) -> int:
     """The stream a call on obj uses when none is given: PyTorch's current stream for a CUDA
     tensor, CuPy's for a CuPy array, otherwise 0 (the legacy default stream)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
-        dev = obj.device
-        if dev.type != "cuda":
+        if not obj.is_cuda:
             return 0
-        index = dev.index if dev.index is not None else 0
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        raw = (_torch_raw or _torch_raw_functions(torch))[0]
+        index = obj.get_device()
         return int(raw(index)) if raw is not None else int(torch.cuda.current_stream(index).cuda_stream)
-    module = type(obj).__module__
-    if module.startswith("cupy"):
+    if type(obj).__module__.startswith("cupy"):
         cupy = sys.modules.get("cupy")
         if cupy is not None:
             return int(cupy.cuda.get_current_stream().ptr)
     return 0
+
+
+def current_stream_function(obj: Any) -> Any:
+    """A function of no arguments giving current_stream(obj), quick for a PyTorch CUDA tensor
+    (the bound launches call it at each call, so that a graph capture sees its own stream)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor) and obj.is_cuda:
+        raw = (_torch_raw or _torch_raw_functions(torch))[0]
+        if raw is not None:
+            index = obj.get_device()
+            return lambda: raw(index)
+    return lambda: current_stream(obj)
 
 
 def stream_handle(stream: Any, name: str = "stream") -> int:
@@ -323,10 +315,10 @@ def stream_handle(stream: Any, name: str = "stream") -> int:
 def current_device_check(obj: Any, name: str) -> None:
     """A PyTorch CUDA tensor must be on the current device (the launches use it)."""
     torch = sys.modules.get("torch")
-    if torch is None or not isinstance(obj, torch.Tensor) or obj.device.type != "cuda":
+    if torch is None or not isinstance(obj, torch.Tensor) or not obj.is_cuda:
         return
-    index = obj.device.index if obj.device.index is not None else 0
-    get = getattr(torch._C, "_cuda_getDevice", None)
+    index = obj.get_device()
+    get = (_torch_raw or _torch_raw_functions(torch))[1]
     current = get() if get is not None else torch.cuda.current_device()
     if current != index:
         raise ValueError(f"{name}: the tensors are on cuda:{index} but the current device is cuda:{current}; "
