@@ -1,0 +1,412 @@
+"""GPU tests (marker gpu; each skips with a message without a CUDA device or the framework):
+PyTorch and CuPy tensors against the host runner (bit for bit in an exact-math build, within
+C128_FAST_BOUND in the default fast-math one), stream ordering and no hidden synchronisation,
+a whole decode step and a whole prefill step (device planner + kernels) captured in
+torch.cuda.graph and replayed with changing requests, no allocation during replay or eager calls,
+the SGLang drop-in on PyTorch tensors."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Tuple
+
+import numpy as np
+import pytest
+
+import c128
+from c128.sglang import DecodePlan, PrefillPlan, compress_forward
+from cases import DECODE_FILLS, PREFILL_SHAPES, Case, convert, decode_case, poison, prefill_case, to_f64, window_error
+
+pytestmark = pytest.mark.gpu
+INSTANCES = c128.instances()
+EXACT = c128.build_info().math == "exact"
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("PyTorch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
+    return torch
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError:
+        pytest.skip("CuPy is not installed")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            pytest.skip("no CUDA device")
+    except cupy.cuda.runtime.CUDARuntimeError:
+        pytest.skip("no CUDA device (CuPy cannot reach the driver)")
+    return cupy
+
+
+# ---- NumPy <-> PyTorch (bf16 as torch.bfloat16, records as uint8 rows) ---------------------------------
+def to_torch(torch: Any, a: np.ndarray, device: str = "cuda") -> Any:
+    if a.dtype.names:
+        t = torch.from_numpy(a.view(np.uint8).reshape(len(a), a.dtype.itemsize).copy())
+    elif a.dtype == np.uint16:
+        t = torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(np.ascontiguousarray(a).copy())
+    return t.to(device)
+
+
+def to_numpy(torch: Any, t: Any) -> np.ndarray:
+    t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def _kv_max(case: Case) -> np.ndarray:
+    """max |kv| per channel over every row of the case (bounds each window's)."""
+    d = case.inst.head_dim
+    state = to_f64(case.state, case.inst.state_dtype).reshape(-1, 2 * d)[:, :d]
+    x = to_f64(case.input, case.inst.input_dtype)[:, :d]
+    return np.maximum(np.abs(state).max(axis=0), np.abs(x).max(axis=0) if len(x) else 0)
+
+
+def agree(gpu_out: np.ndarray, host_out: np.ndarray, out_dtype: str, kv_max: Any) -> str:
+    """'' when the GPU's output equals the host runner's as the build promises: bit for bit in an
+    exact build; in a fast one within FAST_BOUND * (1 + max |kv| of the window and channel; kv_max
+    bounds it) plus one rounding step of a bf16 output. Poisoned rows (NaN) must be NaN on both
+    sides, so a row written on one side only fails too."""
+    if gpu_out.tobytes() == host_out.tobytes():
+        return ""
+    if EXACT:
+        return "differs from the host runner (exact build)"
+    g, h = to_f64(gpu_out, out_dtype), to_f64(host_out, out_dtype)
+    if np.any(np.isnan(g) != np.isnan(h)):
+        return "NaN (poison) on one side only: a row written on one side only"
+    bound = c128.FAST_BOUND * (1.0 + np.asarray(kv_max, np.float64)) + np.zeros_like(h)
+    if out_dtype == "bf16":
+        mag = np.abs(np.nan_to_num(h))
+        bound = bound + np.where(mag > 0, np.exp2(np.floor(np.log2(np.where(mag > 0, mag, 1.0))) - 7), 0.0)
+    err = np.where(np.isnan(h), 0.0, np.abs(g - h))
+    if np.any(err > bound):
+        k = np.unravel_index(int(np.argmax(err - bound)), err.shape)
+        return f"element {k}: |gpu - host| = {err[k]:.3g} > {bound[k]:.3g}"
+    return ""
+
+
+def _run_both(torch: Any, case: Case, kind: str) -> Tuple[np.ndarray, np.ndarray]:
+    """The case on the GPU (PyTorch tensors) and on the host runner; returns the GPU's (state, output)
+    after checking that the host's match the reference."""
+    tensors = [to_torch(torch, a) for a in (case.state, case.input, case.ape, case.output, *case.plans)]
+    fn = c128.decode if kind == "decode" else c128.prefill
+    fn(*tensors)
+    host_state, host_out = case.state.copy(), case.output.copy()
+    fn(host_state, case.input, case.ape, host_out, *case.plans)
+    assert case.check(host_state, host_out) == []
+    gpu_state, gpu_out = to_numpy(torch, tensors[0]), to_numpy(torch, tensors[3])
+    assert gpu_state.tobytes() == host_state.tobytes(), "state differs from the host runner's"
+    assert agree(gpu_out, host_out, case.inst.output_dtype, _kv_max(case)) == ""
+    assert case.check(gpu_state, gpu_out) == []
+    return gpu_state, gpu_out
+
+
+@pytest.mark.parametrize("scale", [1.0, 60.0], ids=["randn", "scores60"])
+@pytest.mark.parametrize("k", range(len(INSTANCES)), ids=[i.name for i in INSTANCES])
+def test_torch_instances(k: int, scale: float, checked) -> None:
+    torch = _torch()
+    inst = INSTANCES[k]
+    _run_both(torch, decode_case(inst, np.random.default_rng([k, 11]), scale, DECODE_FILLS * 4), "decode")
+    _run_both(torch, prefill_case(inst, np.random.default_rng([k, 12]), scale, PREFILL_SHAPES), "prefill")
+    if k == len(INSTANCES) - 1 and scale == 60.0:
+        how = "bit for bit (exact build)" if EXACT else f"within FAST_BOUND = {c128.FAST_BOUND:g} (fast-math build)"
+        checked(f"GPU (PyTorch, {torch.cuda.get_device_name()}): {len(INSTANCES)} instances, decode and prefill = "
+                f"host runner {how}; state bit for bit; within SPEC 8 of the float64 reference")
+
+
+def test_torch_pdl_and_groups() -> None:
+    """PDL launches and every group size give the bytes of a plain launch."""
+    torch = _torch()
+    inst = c128.find_instance(512, "bf16", "f32", "f32")
+    results = set()
+    for pdl, group in ((False, 0), (True, 0), (False, 1), (True, 7), (False, 32)):
+        case = decode_case(inst, np.random.default_rng(3), 60.0, DECODE_FILLS * 8)
+        t = [to_torch(torch, a) for a in (case.state, case.input, case.ape, case.output, case.plans[0])]
+        c128.decode(*t, pdl=pdl, requests_per_block=group)
+        pc = prefill_case(inst, np.random.default_rng(4), 60.0, PREFILL_SHAPES)
+        p = [to_torch(torch, a) for a in (pc.state, pc.input, pc.ape, pc.output, *pc.plans)]
+        c128.prefill(*p, pdl=pdl, windows_per_block=group)
+        results.add(b"".join(to_numpy(torch, x).tobytes() for x in (t[0], t[3], p[0], p[3])))
+    assert len(results) == 1
+
+
+def test_stream_ordering(checked) -> None:
+    """Calls are ordered on the given stream, and by default on PyTorch's current stream; a call
+    returns at once while its stream is still busy (no hidden synchronisation)."""
+    torch = _torch()
+    inst = c128.find_instance(512, "f32", "f32", "f32")
+    case = decode_case(inst, np.random.default_rng(21), 1.0, DECODE_FILLS * 4)
+    fresh = decode_case(inst, np.random.default_rng(21), 1.0, DECODE_FILLS * 4)
+    new_input = np.random.default_rng(22).standard_normal(case.input.shape).astype(np.float32)
+    host_state, host_out = fresh.state.copy(), fresh.output.copy()
+    c128.decode(host_state, new_input, fresh.ape, host_out, fresh.plans[0])
+    cycles = int(2e8)  # ~0.1 s on the GPU
+    for mode in ("current", "object", "int"):
+        t = [to_torch(torch, a) for a in (case.state, case.input, case.ape, case.output, case.plans[0])]
+        new_dev = torch.from_numpy(new_input).cuda()
+        c128.decode(*[x.clone() for x in t[:4]], t[4])  # warm-up: loads the kernels
+        side = torch.cuda.Stream()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(cycles)
+            t[1].copy_(new_dev)  # the new input arrives only after the sleep
+        start = time.perf_counter()
+        if mode == "current":
+            with torch.cuda.stream(side):
+                c128.decode(*t)
+        else:
+            c128.decode(*t, stream=side if mode == "object" else side.cuda_stream)
+        took = time.perf_counter() - start
+        pending = not side.query()
+        side.synchronize()
+        assert pending, "the stream was idle when the call returned: it waited for the GPU"
+        assert took < 0.02, f"the call took {took * 1e3:.1f} ms with its stream busy"
+        assert to_numpy(torch, t[0]).tobytes() == host_state.tobytes(), f"{mode}: state read the old input"
+        kv_max = max(np.abs(fresh.state[..., :512]).max(), np.abs(new_input[:, :512]).max())
+        assert agree(to_numpy(torch, t[3]), host_out, "f32", kv_max) == "", mode
+    checked("streams: decode ordered on PyTorch's current stream, on a Stream object and on an int handle; "
+            "the calls returned while their stream slept (no synchronisation)")
+
+
+def _memory(torch: Any) -> Tuple[int, int]:
+    stats = torch.cuda.memory_stats()
+    return stats.get("allocation.all.allocated", 0), torch.cuda.memory_allocated()
+
+
+@pytest.mark.parametrize("name", ["h512_f32_f32_f32", "h512_bf16_f32_f32"])
+def test_decode_step_in_a_cuda_graph(name: str, checked) -> None:
+    """Device planner + decode captured once in torch.cuda.graph, replayed over 300 steps with the
+    requests changing under it (seq_len grows; windows complete): every replay = the host planner +
+    host runner; the device plans = the host plans byte for byte; nothing allocated."""
+    torch = _torch()
+    inst = next(i for i in INSTANCES if i.name == name)
+    d, batch, pages = inst.head_dim, 12, 16
+    rng = np.random.default_rng(31)
+    ring = c128.Ring(pages)
+    pool = rng.permutation(pages)[:batch].astype(np.int32)
+    seqs = rng.integers(100, 400, batch)
+    seqs[3] = 0  # a padding row throughout
+    state = convert(np.random.default_rng(32).standard_normal((pages * 128, 2 * d)).astype(np.float32), "f32",
+                    inst.state_dtype).reshape(pages, 128, 2 * d)
+    ape = (0.5 * rng.standard_normal((128, d))).astype(np.float32)
+    out = poison((batch, d), inst.output_dtype)
+    host = dict(state=state.copy(), out=out.copy())
+    dev = dict(state=to_torch(torch, state), input=torch.zeros((batch, 2 * d), device="cuda"), ape=to_torch(torch, ape),
+               out=to_torch(torch, out), requests=torch.zeros((batch, 3), dtype=torch.int32, device="cuda"),
+               plans=torch.zeros((batch, 16), dtype=torch.uint8, device="cuda"),
+               status=torch.full((1,), -1, dtype=torch.int32, device="cuda"),
+               workspace=torch.zeros(c128.plan_workspace_size(batch), dtype=torch.uint8, device="cuda"))
+    step = c128.Decode(dev["state"], dev["input"], dev["ape"], dev["out"], dev["plans"])
+
+    def body() -> None:
+        c128.plan_decode_device(ring, dev["requests"], dev["plans"], dev["status"], dev["workspace"])
+        step()
+
+    dev["requests"].copy_(torch.from_numpy(c128.requests(pool, np.zeros(batch))))
+    body()  # warm-up outside the capture (an all-padding step: writes nothing)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    allocations = _memory(torch)
+    boundaries = 0
+    for t in range(300):
+        seqs[seqs > 0] += 1
+        reqs = c128.requests(pool, seqs)
+        x = np.random.default_rng([33, t]).standard_normal((batch, 2 * d)).astype(np.float32)
+        dev["requests"].copy_(torch.from_numpy(reqs))
+        dev["input"].copy_(torch.from_numpy(x))
+        graph.replay()
+        plans = c128.plan_decode(ring, reqs)
+        c128.decode(host["state"], x, ape, host["out"], plans)
+        boundaries += int(np.sum(seqs % 128 == 0))
+        if t % 25 == 0 or t == 299:
+            assert int(dev["status"].item()) == 0
+            assert to_numpy(torch, dev["plans"]).tobytes() == plans.tobytes()
+            assert to_numpy(torch, dev["state"]).tobytes() == host["state"].tobytes(), f"replay {t}: state"
+            assert agree(to_numpy(torch, dev["out"]), host["out"], inst.output_dtype, 8.0) == "", f"replay {t}"
+    for _ in range(100):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert _memory(torch) == allocations, "replays or the binding allocated device memory"
+    assert boundaries > 10
+    checked(f"CUDA graph ({name}): device planner + decode captured once, 400 replays with changing requests "
+            f"({boundaries} windows) = host planner + host runner; no device allocation during replay")
+
+
+def test_prefill_step_in_a_cuda_graph(checked) -> None:
+    """Device prefill planner (padded to a fixed capacity) + prefill captured once, replayed with
+    chunked-prefill batches of changing sizes."""
+    torch = _torch()
+    d, n, pages, capacity = 512, 6, 8, 512
+    ring = c128.Ring(pages)
+    rng = np.random.default_rng(41)
+    pool = rng.permutation(pages)[:n].astype(np.int32)
+    lens = np.zeros(n, np.int64)
+    ape = (0.5 * rng.standard_normal((128, d))).astype(np.float32)
+    state = np.random.default_rng(42).standard_normal((pages, 128, 2 * d)).astype(np.float32)
+    host_state, host_out = state.copy(), poison((capacity, d), "f32")
+    dev = dict(state=to_torch(torch, state), input=torch.zeros((capacity, 2 * d), device="cuda"),
+               ape=to_torch(torch, ape), out=to_torch(torch, host_out),
+               requests=torch.zeros((n, 3), dtype=torch.int32, device="cuda"),
+               compress=torch.zeros((capacity, 16), dtype=torch.uint8, device="cuda"),
+               write=torch.zeros((capacity, 8), dtype=torch.uint8, device="cuda"),
+               counts=torch.zeros(2, dtype=torch.int64, device="cuda"),
+               status=torch.full((1,), -1, dtype=torch.int32, device="cuda"),
+               workspace=torch.zeros(c128.plan_workspace_size(n), dtype=torch.uint8, device="cuda"))
+    step = c128.Prefill(dev["state"], dev["input"], dev["ape"], dev["out"], dev["compress"], dev["write"])
+
+    def body() -> None:
+        c128.plan_prefill_device(ring, dev["requests"], dev["compress"], dev["write"], dev["counts"], dev["status"],
+                                 dev["workspace"])
+        step()
+
+    body()  # warm-up: every request absent
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    allocations = _memory(torch)
+    windows = 0
+    for t in range(60):
+        ext = np.random.default_rng([43, t]).integers(0, capacity // n, n)
+        lens += ext
+        reqs = c128.requests(pool, np.where(ext > 0, lens, 0), ext)
+        x = np.random.default_rng([44, t]).standard_normal((capacity, 2 * d)).astype(np.float32)
+        dev["requests"].copy_(torch.from_numpy(reqs))
+        dev["input"].copy_(torch.from_numpy(x))
+        graph.replay()
+        plans = c128.plan_prefill(ring, reqs, capacity=capacity, pad_to_capacity=True)
+        c128.prefill(host_state, x, ape, host_out, plans.compress, plans.write)
+        windows += plans.num_compress
+        assert int(dev["status"].item()) == 0
+        assert dev["counts"].tolist() == [plans.num_compress, plans.num_write]
+        assert to_numpy(torch, dev["compress"]).tobytes() == plans.compress.tobytes()
+        assert to_numpy(torch, dev["state"]).tobytes() == host_state.tobytes(), f"replay {t}: state"
+        assert agree(to_numpy(torch, dev["out"]), host_out, "f32", 8.0) == "", f"replay {t}"
+    torch.cuda.synchronize()
+    assert _memory(torch) == allocations
+    checked(f"CUDA graph (h512_f32_f32_f32): device prefill planner + prefill captured once, 60 chunked-prefill "
+            f"replays ({windows} windows) = host planner + host runner; no device allocation")
+
+
+def test_no_allocation_in_eager_calls() -> None:
+    torch = _torch()
+    inst = c128.find_instance(512, "f32", "f32", "f32")
+    case = decode_case(inst, np.random.default_rng(51), 1.0, DECODE_FILLS * 4)
+    t = [to_torch(torch, a) for a in (case.state, case.input, case.ape, case.output, case.plans[0])]
+    bound = c128.Decode(*t)
+    plan = DecodePlan(128, t[4])
+    c128.decode(*t)
+    compress_forward(t[0], t[1], t[2], plan, head_dim=512, compress_ratio=128, out=t[3])
+    torch.cuda.synchronize()
+    before = _memory(torch)
+    for _ in range(200):
+        c128.decode(*t)
+        bound()
+        compress_forward(t[0], t[1], t[2], plan, head_dim=512, compress_ratio=128, out=t[3])
+    torch.cuda.synchronize()
+    assert _memory(torch) == before
+
+
+@pytest.mark.parametrize("name", ["h512_f32_f32_f32", "h512_bf16_f32_f32", "h256_bf16_bf16_bf16"])
+def test_sglang_drop_in_on_torch(name: str, checked) -> None:
+    """compress_forward on PyTorch CUDA tensors with SGLang-shaped plan tuples (uint8 plan tensors on
+    the device): the bytes c128.decode / c128.prefill give, and the reference."""
+    torch = _torch()
+    inst = next(i for i in INSTANCES if i.name == name)
+    case = decode_case(inst, np.random.default_rng(61), 60.0, DECODE_FILLS * 4)
+    a = [to_torch(torch, x) for x in (case.state, case.input, case.ape, case.output, case.plans[0])]
+    b = [x.clone() for x in a]
+    out = compress_forward(a[0], a[1], a[2], DecodePlan(128, a[4]), head_dim=inst.head_dim, compress_ratio=128,
+                           out=a[3])
+    c128.decode(*b)
+    assert out is a[3] and torch.equal(a[0], b[0]) and torch.equal(a[3].view(torch.uint8), b[3].view(torch.uint8))
+    assert case.check(to_numpy(torch, a[0]), to_numpy(torch, a[3])) == []
+    pc = prefill_case(inst, np.random.default_rng(62), 1.0, PREFILL_SHAPES)
+    p = [to_torch(torch, x) for x in (pc.state, pc.input, pc.ape, pc.output, *pc.plans)]
+    out = compress_forward(p[0], p[1], p[2], PrefillPlan(128, p[4], p[5]), head_dim=inst.head_dim, compress_ratio=128)
+    assert out.dtype == p[1].dtype and out.shape == (p[4].shape[0], inst.head_dim) and out.device == p[1].device
+    got = to_numpy(torch, out)  # these instances have output dtype = input dtype, as the default out
+    for row, ref in pc.windows.items():
+        assert window_error(got[row], inst.input_dtype, ref) == ""
+    with pytest.raises(TypeError, match="^ape: "):
+        compress_forward(p[0], p[1], p[2].to(torch.bfloat16), PrefillPlan(128, p[4], p[5]), head_dim=inst.head_dim,
+                         compress_ratio=128)
+    if name == "h256_bf16_bf16_bf16":
+        checked("SGLang drop-in (PyTorch CUDA): compress_forward decode and prefill = c128.decode / prefill bit for "
+                "bit; default out allocated like SGLang's")
+
+
+def test_cupy_arrays(checked) -> None:
+    """CuPy arrays (through DLPack; bf16 as uint16 bits) on CuPy's current stream."""
+    cupy = _cupy()
+    for name in ("h512_f32_f32_f32", "h128_bf16_bf16_bf16"):
+        inst = next(i for i in INSTANCES if i.name == name)
+        for make, fn in ((lambda r: decode_case(inst, r, 60.0, DECODE_FILLS * 4), c128.decode),
+                         (lambda r: prefill_case(inst, r, 60.0, PREFILL_SHAPES), c128.prefill)):
+            case = make(np.random.default_rng(71))
+            plans = [p.view(np.uint8).reshape(len(p), p.dtype.itemsize) for p in case.plans]
+            with cupy.cuda.Stream(non_blocking=True) as s:
+                dev = [cupy.asarray(x) for x in (case.state, case.input, case.ape, case.output, *plans)]
+                fn(*dev)  # stream: CuPy's current, s
+                gpu_state, gpu_out = cupy.asnumpy(dev[0], stream=s), cupy.asnumpy(dev[3], stream=s)
+                s.synchronize()
+            host_state, host_out = case.state.copy(), case.output.copy()
+            fn(host_state, case.input, case.ape, host_out, *case.plans)
+            assert gpu_state.tobytes() == host_state.tobytes()
+            assert agree(gpu_out, host_out, inst.output_dtype, _kv_max(case)) == ""
+            assert case.check(gpu_state, gpu_out) == []
+    checked("CuPy arrays (DLPack, CuPy's current stream): decode and prefill = host runner")
+
+
+def test_jax_inputs() -> None:
+    """JAX arrays as the read-only inputs (input, ape, plans) beside PyTorch state and output."""
+    torch = _torch()
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        gpus = jax.devices("gpu")
+    except Exception as e:  # noqa: BLE001 - any missing piece of JAX's GPU support
+        pytest.skip(f"JAX with a GPU backend is not available ({type(e).__name__})")
+    inst = c128.find_instance(512, "f32", "f32", "f32")
+    case = decode_case(inst, np.random.default_rng(81), 1.0, DECODE_FILLS * 4)
+    state, out = to_torch(torch, case.state), to_torch(torch, case.output)
+    x, ape = jax.device_put(jnp.asarray(case.input), gpus[0]), jax.device_put(jnp.asarray(case.ape), gpus[0])
+    plans = jax.device_put(jnp.asarray(case.plans[0].view(np.uint8).reshape(-1, 16)), gpus[0])
+    c128.decode(state, x, ape, out, plans, stream=torch.cuda.current_stream())
+    host_state, host_out = case.state.copy(), case.output.copy()
+    c128.decode(host_state, case.input, case.ape, host_out, case.plans[0])
+    assert to_numpy(torch, state).tobytes() == host_state.tobytes()
+    assert agree(to_numpy(torch, out), host_out, "f32", _kv_max(case)) == ""
+
+
+def test_torch_other_device() -> None:
+    torch = _torch()
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    inst = c128.find_instance(128, "f32", "f32", "f32")
+    case = decode_case(inst, np.random.default_rng(91), 1.0, DECODE_FILLS)
+    t = [to_torch(torch, a, "cuda:1") for a in (case.state, case.input, case.ape, case.output, case.plans[0])]
+    with pytest.raises(ValueError, match="^state: the tensors are on cuda:1 but the current device is cuda:0"):
+        c128.decode(*t)
+    with torch.cuda.device(1):
+        c128.decode(*t)
+    host_state, host_out = case.state.copy(), case.output.copy()
+    c128.decode(host_state, case.input, case.ape, host_out, case.plans[0])
+    assert to_numpy(torch, t[0]).tobytes() == host_state.tobytes()
+    mixed = [t[0], to_torch(torch, case.input, "cuda:0")] + t[2:]
+    with torch.cuda.device(1), pytest.raises(ValueError, match="^input: on cuda:0, but state is on cuda:1"):
+        c128.decode(*mixed)
