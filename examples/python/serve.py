@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import numpy as np
 

@@ -252,8 +252,16 @@ def _state_shape(s: View) -> int:
     return s.shape[2] // 2
 
 
+_compiled: set = set()  # (head_dim, dtypes) found before: the table is fixed at build time
+
+
 def _instance(head_dim: int, sd: int, idt: int, od: int) -> None:
-    if _lib.find_instance(head_dim, sd, idt, od) < 0:
+    key = (head_dim, sd, idt, od)
+    if key in _compiled:
+        return
+    if -(1 << 31) <= head_dim < 1 << 31 and _lib.find_instance(head_dim, sd, idt, od) >= 0:
+        _compiled.add(key)
+    else:
         raise ValueError(f"state, input, output: no compiled instance for head_dim {head_dim} with state "
                          f"{_DTYPE_NAMES[sd]}, input {_DTYPE_NAMES[idt]}, output {_DTYPE_NAMES[od]} "
                          f"(c128.instances() lists them)")
