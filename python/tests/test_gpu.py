@@ -319,6 +319,30 @@ def test_no_allocation_in_eager_calls() -> None:
     assert _memory(torch) == before
 
 
+def test_repeated_calls() -> None:
+    """Repeated calls on the same tensors (the binding remembers their checked launch) read the tensors'
+    current contents, and a tensor of another shape at the same address is checked again."""
+    torch = _torch()
+    inst = c128.find_instance(256, "bf16", "f32", "bf16")
+    case = decode_case(inst, np.random.default_rng(55), 1.0, DECODE_FILLS * 2)
+    t = [to_torch(torch, a) for a in (case.state, case.input, case.ape, case.output, case.plans[0])]
+    host_state, host_out = case.state.copy(), case.output.copy()
+    for step in range(3):
+        x = np.random.default_rng([56, step]).standard_normal(case.input.shape).astype(np.float32)
+        t[1].copy_(torch.from_numpy(x))
+        c128.decode(*t)
+        c128.decode(host_state, x, case.ape, host_out, case.plans[0])
+        assert to_numpy(torch, t[0]).tobytes() == host_state.tobytes()
+        assert agree(to_numpy(torch, t[3]), host_out, "bf16", 8.0) == ""
+    with pytest.raises(ValueError, match="^input: expected a contiguous tensor of shape"):
+        c128.decode(t[0], t[1][:-1], t[2], t[3], t[4])
+    with pytest.raises(ValueError, match="^output: "):
+        c128.decode(t[0], t[1], t[2], t[3][:1], t[4])
+    for _ in range(2):  # the second call takes the remembered launch: the same status
+        with pytest.raises(c128.Error, match="INVALID_GROUP"):
+            c128.decode(*t, requests_per_block=40)
+
+
 @pytest.mark.parametrize("name", ["h512_f32_f32_f32", "h512_bf16_f32_f32", "h256_bf16_bf16_bf16"])
 def test_sglang_drop_in_on_torch(name: str, checked) -> None:
     """compress_forward on PyTorch CUDA tensors with SGLang-shaped plan tuples (uint8 plan tensors on
