@@ -538,7 +538,8 @@ typedef struct c128_prefill_plans {
 
 /* Prefill / extend / verify batch -> plans in (request, position) order. verify != 0 marks a
    speculative verify batch (extend_len = drafts, root included). Each request is read once; a
-   refused batch leaves the arrays untouched. */
+   refused batch leaves the arrays untouched, except when a page-table entry changes during the
+   call: C128_ERROR_PAGE_OUT_OF_RANGE then leaves sentinels in the entries written so far. */
 C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request *requests, int64_t num_requests,
                                        int32_t verify, c128_prefill_plans *plans);
 /* Decode batch: one plan per request (extend_len ignored; seq_len 0 = padding row). */
@@ -2326,13 +2327,22 @@ C128__FN int c128__claim_page(uint64_t *table, int64_t slots, int32_t page, int6
   }
   return 1; /* full: only a batch past its row limit fills it, and that limit refuses it first */
 }
-/* Claims the pages of the request's written positions (one per 128 positions); 0 if shared. */
+/* Claims the pages of the request's written positions (one per 128 positions); 0 if another
+   request writes one of them, or if two ring chunks of this request name one page (their slots
+   would collide: a page-table row naming a page twice). The written positions span less than R,
+   so one chunk's page is the same page wherever it recurs. */
 C128__FN int c128__claim_written(const c128_ring *r, c128_request q, int64_t first, uint64_t *table, int64_t slots,
                                  int64_t req) {
-  int32_t page;
-  for (int64_t pos = first; pos < q.seq_len; pos = (pos / C128_WINDOW + 1) * C128_WINDOW)
-    if (c128__ring_page(r, q.pool_index, pos, &page) == C128_SUCCESS && !c128__claim_page(table, slots, page, req))
-      return 0;
+  const int64_t ring = c128__ring_tokens(r);
+  int32_t page, other;
+  for (int64_t pos = first; pos < q.seq_len; pos = (pos / C128_WINDOW + 1) * C128_WINDOW) {
+    if (c128__ring_page(r, q.pool_index, pos, &page) != C128_SUCCESS) continue;
+    for (int64_t at = (pos / C128_WINDOW + 1) * C128_WINDOW; at < q.seq_len; at += C128_WINDOW)
+      if ((at % ring) / C128_WINDOW != (pos % ring) / C128_WINDOW &&
+          c128__ring_page(r, q.pool_index, at, &other) == C128_SUCCESS && other == page)
+        return 0;
+    if (!c128__claim_page(table, slots, page, req)) return 0;
+  }
   return 1;
 }
 
@@ -2408,23 +2418,34 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
   for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i)
     if (!c128__absent(q[i]) && !c128__claim_written(&r, q[i], c128__request_shape(&r, q[i]).first_write, claimed, slots, i))
       st = C128_ERROR_PAGE_SHARED;
+  /* Each plan is built whole in a local. A page that no longer checks (the page table changed
+     during the call) turns every entry written so far back into a sentinel. */
+  const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
+  const c128_write_plan no_write = C128_INVALID_WRITE_PLAN;
+  const int64_t total_c = nc, total_w = nw;
   rows = nc = nw = 0;
   for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i) {
     if (c128__absent(q[i])) continue;
     const c128__shape s = c128__request_shape(&r, q[i]);
-    for (int64_t m = 0; m < s.num_compress && st == C128_SUCCESS; ++m)
-      st = c128__compress_plan_of(&r, q[i], s, m, rows, &compress[nc++]);
-    for (int64_t m = 0; m < s.num_write && st == C128_SUCCESS; ++m)
-      st = c128__write_plan_of(&r, q[i], s, m, rows, &write[nw++]);
+    for (int64_t m = 0; m < s.num_compress && st == C128_SUCCESS && nc < total_c; ++m) {
+      c128_compress_plan c;
+      if ((st = c128__compress_plan_of(&r, q[i], s, m, rows, &c)) == C128_SUCCESS) compress[nc++] = c;
+    }
+    for (int64_t m = 0; m < s.num_write && st == C128_SUCCESS && nw < total_w; ++m) {
+      c128_write_plan w;
+      if ((st = c128__write_plan_of(&r, q[i], s, m, rows, &w)) == C128_SUCCESS) write[nw++] = w;
+    }
     rows += q[i].extend_len;
   }
   free(scratch.heap);
-  if (st != C128_SUCCESS) return st;
+  if (st != C128_SUCCESS) {
+    for (int64_t k = 0; k < nc; ++k) compress[k] = no_compress;
+    for (int64_t k = 0; k < nw; ++k) write[k] = no_write;
+    return st;
+  }
   plans->num_compress = nc;
   plans->num_write = nw;
   if (plans->pad_to_capacity) {
-    const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
-    const c128_write_plan no_write = C128_INVALID_WRITE_PLAN;
     for (int64_t k = nc; k < capacity; ++k) compress[k] = no_compress;
     for (int64_t k = nw; k < capacity; ++k) write[k] = no_write;
   }
@@ -2650,8 +2671,8 @@ static __global__ void __launch_bounds__(C128__PLAN_THREADS) c128__plan_emit_ker
 
 /* A refused call's status, for a captured step to read. */
 static __global__ void c128__plan_refused_kernel(int32_t *status, int64_t *counts, int32_t value) {
-  *status = value;
   if (counts) counts[0] = counts[1] = 0;
+  *status = value; /* last: it may share memory with counts */
 }
 
 static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, int decode) {
@@ -2689,10 +2710,13 @@ static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, 
 /* The refusal also goes to *status (and zero counts) where those pointers are usable. */
 static c128_status c128__plan_refuse(const c128_device_plan_args *a, c128_status st, int on_device, cudaStream_t stream) {
   if (!a || !a->status || c128__misaligned(a->status, sizeof(int32_t))) return st;
-  int64_t *counts = a->counts && !c128__misaligned(a->counts, sizeof(int64_t)) ? a->counts : NULL;
+  int64_t *counts = a->counts && !c128__misaligned(a->counts, sizeof(int64_t)) &&
+                            !c128__overlap(a->counts, 2 * sizeof(int64_t), a->status, sizeof(int32_t))
+                        ? a->counts
+                        : NULL;
   if (!on_device) {
-    *a->status = st;
     if (counts) counts[0] = counts[1] = 0;
+    *a->status = st;
     return st;
   }
   cudaLaunchConfig_t config = {};

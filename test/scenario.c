@@ -38,27 +38,28 @@ static c128_status spec_slot(const c128_ring *ring, int32_t pool_index, int64_t 
 
 /* Every request is checked before any plan is built; compress events are enumerated by window
    end and writes by position range (the closed forms of SPEC 5), then copied out if they fit. */
-/* Pages of different requests are distinct: no state page may be written by two requests of
-   one batch (the write plans of request i are contiguous, in batch order). */
+/* Pages of different requests are distinct, and so are the pages of one request's ring chunks:
+   no state page may be written by two requests of one batch, or for two chunks of one request
+   (the write plans of request i are contiguous, in batch order). */
 static c128_status spec_pages_unshared(const c128_write_plan *wp, int64_t nw, const c128_request *reqs, int64_t n,
                                        const c128_ring *ring) {
-  int64_t *owner = malloc((size_t)(nw + 1) * sizeof *owner);
-  cr_assert_not_null(owner);
+  int64_t *owner = malloc((size_t)(nw + 1) * sizeof *owner), *chunk = malloc((size_t)(nw + 1) * sizeof *chunk);
+  cr_assert(owner && chunk);
   const int64_t R = spec_ring_tokens(ring), pad = ring->speculative ? R - W + 2 : 0;
   int64_t k = 0;
   for (int64_t i = 0; i < n; ++i) { /* the same count as the planner's write loop */
     const int64_t seq = reqs[i].seq_len, prefix = seq - reqs[i].extend_len;
     const int64_t boundary = seq - seq % W, first = boundary < seq - pad ? boundary : seq - pad;
-    for (int64_t pos = first > prefix ? first : prefix; pos < seq; ++pos) owner[k++] = i;
+    for (int64_t pos = first > prefix ? first : prefix; pos < seq; ++pos) owner[k] = i, chunk[k++] = (pos % R) / W;
   }
   c128_status st = C128_SUCCESS;
   for (int64_t a = 0; a < nw && st == C128_SUCCESS; ++a)
     for (int64_t b = a + 1; b < nw; ++b)
-      if (owner[a] != owner[b] && wp[a].write_loc / W == wp[b].write_loc / W) {
+      if ((owner[a] != owner[b] || chunk[a] != chunk[b]) && wp[a].write_loc / W == wp[b].write_loc / W) {
         st = C128_ERROR_PAGE_SHARED;
         break;
       }
-  free(owner);
+  free(owner), free(chunk);
   return st;
 }
 
