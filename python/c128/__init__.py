@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from ctypes import byref, c_int32, create_string_buffer
+from ctypes import addressof, byref, c_int32, create_string_buffer
 from dataclasses import dataclass
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -311,15 +311,9 @@ def _host_options(options: Optional[HostOptions]) -> Tuple[Any, Any]:
     o.reverse_blocks = 1 if options.reverse_blocks else 0
     o.checker_limit_bytes = _int(options.checker_limit_bytes, "host_options.checker_limit_bytes", (0, (1 << 64) - 1))
     message = create_string_buffer(512)
-    o.message = _addr(message)
+    o.message = addressof(message)
     o.message_size = len(message)
     return o, message
-
-
-def _addr(buffer: Any) -> int:
-    from ctypes import addressof
-
-    return addressof(buffer)
 
 
 def _run_detail(message: Any) -> Optional[str]:
@@ -660,7 +654,7 @@ def _new_report() -> Tuple[_lib.PlanReport, Any]:
     message = create_string_buffer(256)
     report = _lib.PlanReport()
     report.index = -1
-    report.message = _addr(message)
+    report.message = addressof(message)
     report.message_size = len(message)
     return report, message
 
