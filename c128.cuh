@@ -114,8 +114,9 @@
      point at any time; calls on different streams are independent as long as they write no
      common state pages or output rows. Within a stream, a decode or prefill reads the state its
      predecessors wrote. With args.pdl != 0 the kernels are launched with programmatic stream
-     serialisation: each one waits (griddepcontrol.wait) before it reads plans, input or state
-     and before its first write, so it may start while its predecessor drains (DESIGN 6.4). A
+     serialisation: each one waits (griddepcontrol.wait) before it uses plans, input or state
+     and before its first write, so it may start while its predecessor drains; before the wait
+     it reads plans only as prefetch guesses (DESIGN 6.4). A
      kernel you launch after ours with PDL must itself execute griddepcontrol.wait
      (cudaGridDependencySynchronize) before it reads our outputs, as PDL requires of every
      dependent. Context-parallel state: pages of different live requests must be distinct; the
@@ -788,8 +789,8 @@ static void c128__track(c128__checker *checker, const void *addr, int count, int
 /* Two consecutive elements at base[i] (i even) as raw storage bits, as one vector access moves
    them: 4-byte elements one a word, narrower ones packed into `lo` (element 0 in the low bits).
    f32 rows are read once (`stream`: evict first), so that ape, which every window re-reads,
-   stays in L1; bf16 rows go without the hint (bf16-state decode measured from even to 9 % faster
-   without it). Every access of the host runner is shown to the race checker. */
+   stays in L1; bf16 rows go without the hint (bf16-state decode measured no slower without it,
+   BENCHMARKS.md of 0.2.0). Every access of the host runner is shown to the race checker. */
 typedef struct c128__raw2 {
   uint32_t lo, hi;
 } c128__raw2;
@@ -1233,10 +1234,10 @@ C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__windo
    barrier between steps. Step 0 lists the windows (and in decode persists the new rows); step s
    >= 1 folds window s - 2 and forms the partials of window s - 1. Window i's partials go to
    buffer i % 2, so one barrier a step suffices: the threads that fold window i finish that fold
-   before the next barrier, and only past it does anyone overwrite buffer i % 2. Loads of window
-   s - 1 are issued before the fold of window s - 2, so the folding warps' loads are in flight
-   while they fold. The GPU drivers (>>kernels) and the host runner (>>runner) run these same
-   steps; the race checker's phase is the step index. */
+   before the next barrier, and only past it does anyone overwrite buffer i % 2. In homogeneous
+   instances the loads of window s - 1 are issued before the fold of window s - 2, so the
+   folding warps' loads are in flight while they fold. The GPU drivers (>>kernels) and the host
+   runner (>>runner) run these same steps; the race checker's phase is the step index. */
 typedef struct c128__block_shared {
   c128__smem fold[2];
   c128__window windows[C128__MAX_GROUP]; /* the group's compressing windows, in job order */
