@@ -4,7 +4,7 @@
    compiled by nvcc. Linking a C main against it needs cudart, and libstdc++ because the
    implementation is C++ (what the README's link line says):
 
-     nvcc -O3 -gencode arch=compute_90,code=sm_90 -I. -c examples/c128_impl.cu -o c128_impl.o
+     nvcc -O3 -gencode arch=compute_90,code=sm_90 -Xcompiler=-ffp-contract=off -I. -c examples/c128_impl.cu -o c128_impl.o
      gcc -std=c11 -Wall -Wextra -Wpedantic -Werror -I. -I/usr/local/cuda/include examples/plain_c.c \
          c128_impl.o -L/usr/local/cuda/lib64 -lcudart -lstdc++ -lm -o plain_c
 
