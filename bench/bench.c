@@ -91,7 +91,7 @@ static cudaStream_t bench_stream;
 static cudaEvent_t bench_events[BENCH_MAX_SAMPLES + 1];
 static FILE *bench_csv;
 static char bench_meta[512]; /* gpu,driver,nvcc,cuda,commit prefix of every CSV row */
-static double bench_copy_gbps;
+static double bench_copy_gbps, bench_read_gbps; /* the two ceilings, measured at the start */
 
 /* ---- memory that is device memory in a GPU run and host memory in --cpu-check ---------- */
 static void *bench_alloc(size_t bytes) {
@@ -604,9 +604,11 @@ static void bench_row(const char *name, const char *state, int64_t size, const c
                       const char *check) {
   const double gbps = bytes > 0 ? bytes / (s->median * 1e-6) / 1e9 : 0.0;
   const double pct = bench_copy_gbps > 0 ? 100.0 * gbps / bench_copy_gbps : 0.0;
-  fprintf(bench_csv, "%s,%s,%s,%lld,%s,%s,%d,%lld,%d,%.3f,%.3f,%.3f,%.0f,%.1f,%.1f,%.3f,%lld,%.1f,%s\n", bench_meta,
+  const double pct_read = bench_read_gbps > 0 ? 100.0 * gbps / bench_read_gbps : 0.0;
+  fprintf(bench_csv, "%s,%s,%s,%lld,%s,%s,%d,%lld,%d,%.3f,%.3f,%.3f,%.0f,%.1f,%.1f,%.3f,%lld,%.1f,%s,%.1f\n", bench_meta,
           name, state, (long long)size, variant, bench_mode_names[mode], pdl, (long long)s->reps, s->samples, s->median,
-          s->p10, s->p90, bytes, gbps, pct, empty_us, (long long)nsets, footprint / 1048576.0, check ? check : "");
+          s->p10, s->p90, bytes, gbps, pct, empty_us, (long long)nsets, footprint / 1048576.0, check ? check : "",
+          pct_read);
   fflush(bench_csv);
 }
 
@@ -705,6 +707,41 @@ static double bench_measure_copy(const char *label) {
   return gbps;
 }
 
+typedef struct bench_read_ctx {
+  void *src;
+  size_t bytes;
+  unsigned *sink;
+  int64_t blocks;
+} bench_read_ctx;
+static void bench_unit_read(void *ctx, int variant, int64_t index, cudaStream_t s) {
+  const bench_read_ctx *c = (const bench_read_ctx *)ctx;
+  (void)variant, (void)index;
+  BENCH_CUDA(bench_launch_read(c->src, (int64_t)c->bytes, c->sink, c->blocks, s));
+}
+
+/* The read-only ceiling: 1 GiB streamed with 16-byte loads (bench_kernels.cu), GB/s of bytes read. */
+static double bench_measure_read(const char *label) {
+  int device = 0, sms = 0;
+  BENCH_CUDA(cudaGetDevice(&device));
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  bench_read_ctx ctx = {NULL, BENCH_COPY_BYTES, NULL, 4 * (int64_t)sms};
+  BENCH_CUDA(cudaMalloc(&ctx.src, ctx.bytes));
+  BENCH_CUDA(cudaMalloc((void **)&ctx.sink, (size_t)ctx.blocks * sizeof(unsigned)));
+  BENCH_CUDA(bench_fill_device(ctx.src, (int64_t)(ctx.bytes / 4096), 1024, 1024, 0, 1.0f, 1.0f, 9, bench_stream));
+  bench_runner r = {bench_unit_read, &ctx, 1, 1, 1, 1 << BENCH_STREAM};
+  bench_stats st[2][BENCH_MODES];
+  bench_measure(&r, st);
+  const double bytes = (double)ctx.bytes, gbps = bytes / (st[0][BENCH_STREAM].median * 1e-6) / 1e9;
+  if (bench_read_gbps == 0.0) bench_read_gbps = gbps;
+  bench_row("read", label, (int64_t)ctx.bytes, "stream", BENCH_STREAM, 0, &st[0][BENCH_STREAM], bytes, 0.0, 1, bytes,
+            "");
+  printf("read (%s): %.0f GB/s (1 GiB read with 16-byte loads, %lld blocks x 512 threads)\n", label, gbps,
+         (long long)ctx.blocks);
+  BENCH_CUDA(cudaFree(ctx.src));
+  BENCH_CUDA(cudaFree(ctx.sink));
+  return gbps;
+}
+
 /* The grid c128_decode launches for a batch (its automatic requests_per_block). */
 static int64_t bench_decode_grid(int64_t batch) {
   int device = 0, sms = 0;
@@ -754,10 +791,11 @@ static void bench_one_case(bench_kind kind, int bf16, int64_t size) {
                 c.bytes * (double)c.nsets, check);
     }
   const bench_stats *a = &st[0][BENCH_GRAPH], *b = &st[1][BENCH_GRAPH];
+  const double gbps = c.bytes / (a->median * 1e-6) / 1e9;
   printf("%-16s %-4s %6lld | two_warp stream %8.2f graph %8.2f [%8.2f..%8.2f] | legacy graph %8.2f | %6.0f GB/s "
-         "%5.1f%% copy",
+         "%5.1f%% copy %5.1f%% read",
          name, bench_state_name(bf16), (long long)size, st[0][BENCH_STREAM].median, a->median, a->p10, a->p90,
-         b->median, c.bytes / (a->median * 1e-6) / 1e9, 100.0 * c.bytes / (a->median * 1e-6) / 1e9 / bench_copy_gbps);
+         b->median, gbps, 100.0 * gbps / bench_copy_gbps, 100.0 * gbps / bench_read_gbps);
   if (c.decode && bi >= 0) printf(" | vs empty %+6.2f us", a->median - bench_empty[bi][BENCH_GRAPH].median);
   printf("\n");
   fflush(stdout);
@@ -957,9 +995,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   fprintf(bench_csv, "gpu,driver,nvcc,cuda_driver/runtime,commit,case,state,size,variant,mode,pdl,units_per_sample,"
-                     "samples,median_us,p10_us,p90_us,bytes,gbps,pct_copy,empty_us,nsets,footprint_mib,check\n");
+                     "samples,median_us,p10_us,p90_us,bytes,gbps,pct_copy,empty_us,nsets,footprint_mib,check,pct_read\n");
 
   bench_measure_copy("start");
+  bench_measure_read("start");
   bench_measure_empty();
   const int nb = BENCH_COUNT(bench_batches), nt = bench_opt.quick ? 1 : BENCH_COUNT(bench_tokens);
   for (int kind = BENCH_DECODE_BOUNDARY; kind <= BENCH_DECODE_MIX; ++kind)
@@ -976,6 +1015,7 @@ int main(int argc, char **argv) {
   bench_chain(BENCH_DECODE_OFF, 64);
   bench_chain(BENCH_DECODE_MIX, 256);
   bench_measure_copy("end");
+  bench_measure_read("end");
   fclose(bench_csv);
   printf("wrote %s\n", bench_opt.csv_path);
   return 0;

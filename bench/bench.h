@@ -44,6 +44,10 @@ BENCH_EXTERN cudaError_t bench_launch_empty(int64_t blocks, cudaStream_t stream)
    griddepcontrol.wait before it reads, launched with PDL when pdl != 0. */
 BENCH_EXTERN cudaError_t bench_launch_consumer(const float *output, float *normed, int64_t rows, int pdl,
                                                cudaStream_t stream);
+/* The read-only stream of `bytes` (a multiple of 16) at src: `blocks` x 512 threads of 16-byte
+   loads; sink gets one word a block. */
+BENCH_EXTERN cudaError_t bench_launch_read(const void *src, int64_t bytes, unsigned *sink, int64_t blocks,
+                                           cudaStream_t stream);
 /* Deterministic pseudo-random rows: the first kv_elems of each row uniform in
    [-kv_scale, kv_scale), the rest in [-score_scale, score_scale); f32 or bf16 storage. */
 BENCH_EXTERN cudaError_t bench_fill_device(void *base, int64_t rows, int64_t row_elems, int64_t kv_elems, int bf16,

@@ -40,6 +40,45 @@ extern "C" cudaError_t bench_launch_empty(int64_t blocks, cudaStream_t stream) {
   return bench_launch((const void *)bench_empty_kernel, blocks, BENCH_EMPTY_THREADS, 0, args, stream);
 }
 
+// The read-only ceiling: every thread streams 16-byte loads over the buffer in a grid-stride
+// loop, four in flight, folds them into one word, and each block writes one word (the bytes
+// written are not counted). The kernels read far more than they write, so this, not the copy,
+// is the bound they approach.
+enum { BENCH_READ_THREADS = 512, BENCH_READ_UNROLL = 4 };
+static __global__ void __launch_bounds__(BENCH_READ_THREADS)
+    bench_read_kernel(const uint4 *__restrict__ src, int64_t n, unsigned *__restrict__ sink) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned acc = 0;
+  for (; i + (BENCH_READ_UNROLL - 1) * stride < n; i += BENCH_READ_UNROLL * stride) {
+    uint4 v[BENCH_READ_UNROLL];
+#pragma unroll
+    for (int u = 0; u < BENCH_READ_UNROLL; ++u) v[u] = __ldg(src + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < BENCH_READ_UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = __ldg(src + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+  __shared__ unsigned warp_acc[BENCH_READ_THREADS / 32];
+  if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned r = 0;
+    for (int w = 0; w < BENCH_READ_THREADS / 32; ++w) r ^= warp_acc[w];
+    sink[blockIdx.x] = r;
+  }
+}
+
+extern "C" cudaError_t bench_launch_read(const void *src, int64_t bytes, unsigned *sink, int64_t blocks,
+                                         cudaStream_t stream) {
+  bench_read_kernel<<<(unsigned)blocks, BENCH_READ_THREADS, 0, stream>>>((const uint4 *)src, bytes / 16, sink);
+  return cudaGetLastError();
+}
+
 // RMSNorm of one 512-float row per block, the kind of kernel that follows c128 in a model
 // (SPEC: RMSNorm, RoPE and FP8 packing belong to the caller's next kernel). It waits for its
 // predecessor before reading and lets its own dependents launch when it is done.

@@ -25,6 +25,11 @@ def fnum(row, key):
     return float(row[key])
 
 
+def pct_read(row):
+    """% of the read-only ceiling: a column of CSVs written since 0.3.0."""
+    return f"{float(row['pct_read']):.1f}" if row.get("pct_read") else "—"
+
+
 class Data:
     def __init__(self, c_rows, t_rows):
         self.meta = c_rows[0] if c_rows else {}
@@ -74,9 +79,9 @@ def spread(r):
 
 
 def decode_table(d, out):
-    out.append("| case | state | B | c128 graph µs (p10–p90) | stream µs | step-graph µs | GB/s | % copy | "
+    out.append("| case | state | B | c128 graph µs (p10–p90) | stream µs | step-graph µs | GB/s | % copy | % read | "
                "empty graph µs | Δ empty µs | legacy graph µs | legacy/two-warp | PyTorch best µs | c128 speed-up |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for case in DECODE:
         for state in ("f32", "bf16"):
             for B in d.sizes(case, state):
@@ -95,15 +100,15 @@ def decode_table(d, out):
                 tstr = f"{us(fnum(tb, 'median_us'))} ({tv})" if tb else "—"
                 out.append(
                     f"| {case} | {state} | {B} | {us(fnum(g, 'median_us'))} ({spread(g)}) | {us(fnum(s, 'median_us'))} | "
-                    f"{us(fnum(st, 'median_us')) if st else '—'} | {fnum(g, 'gbps'):.0f} | {fnum(g, 'pct_copy'):.1f} | "
+                    f"{us(fnum(st, 'median_us')) if st else '—'} | {fnum(g, 'gbps'):.0f} | {fnum(g, 'pct_copy'):.1f} | {pct_read(g)} | "
                     f"{us(fnum(e, 'median_us')) if e else '—'} | {delta} | {us(fnum(lg, 'median_us')) if lg else '—'} | "
                     f"{lgr} | {tstr} | {ratio} |")
 
 
 def prefill_table(d, out):
-    out.append("| case | state | N | calls | c128 µs (best mode, p10–p90) | GB/s | % copy | legacy µs | "
+    out.append("| case | state | N | calls | c128 µs (best mode, p10–p90) | GB/s | % copy | % read | legacy µs | "
                "legacy/two-warp | PyTorch best µs | c128 speed-up |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for case in PREFILL:
         for state in ("f32", "bf16"):
             for N in d.sizes(case, state):
@@ -118,7 +123,7 @@ def prefill_table(d, out):
                 tstr = f"{us(fnum(tb, 'median_us'))} ({tv})" if tb else "—"
                 out.append(
                     f"| {case} | {state} | {N // 1024}K | {calls} | {us(fnum(best, 'median_us'))} {mode} ({spread(best)}) | "
-                    f"{fnum(best, 'gbps'):.0f} | {fnum(best, 'pct_copy'):.1f} | "
+                    f"{fnum(best, 'gbps'):.0f} | {fnum(best, 'pct_copy'):.1f} | {pct_read(best)} | "
                     f"{us(fnum(lg, 'median_us')) if lg else '—'} | {lgr} | {tstr} | {ratio} |")
 
 
