@@ -1,10 +1,13 @@
 /* Mode 4: the plan checker on arbitrary arguments and plan bytes: any head_dim and dtype values,
-   sizes anywhere in int64, any layout, NULL arguments, reports with messages of any size.
-   Part of fuzz_c128.cu.
+   sizes anywhere in int64 (huge plan counts included), any layout and group, NULL and
+   misaligned arguments, reports with messages of any size. Part of fuzz_c128.cu.
 
-   Property 5: no crash and no undefined behaviour; the status is an argument error the
-   arguments have, or SUCCESS / INVALID_PLAN exactly as the offending plans of SPEC 6.5 say (see
-   fz_check_report); the report's message is NUL-terminated inside its buffer. */
+   Property 5: no crash and no undefined behaviour; the checker accepts exactly the arguments
+   the launch accepts: its status is the argument error m_validate (below: the launch's checks,
+   in the launch's order) gives, and the launch itself, called with the same arguments, gives the
+   same status; for valid arguments it is SUCCESS / INVALID_PLAN exactly as the offending plans
+   of SPEC 6.5 say, naming the first offending plan (see fz_check_report); the report's message
+   is NUL-terminated inside its buffer. */
 
 static int64_t rd_size(fz_reader *r) {
   const int sel = rd_below(r, 16);
@@ -48,6 +51,49 @@ static int32_t rd_dtype(fz_reader *r) {
 }
 static void fz_put_dtype(c128_dtype *dst, int32_t v) { memcpy(dst, &v, sizeof v); }
 
+/* A plan count: mostly the array's own, sometimes one at or past a limit (the array then holds
+   only what the checker may read: a count past a limit must be refused before any plan is). */
+static int64_t rd_huge_count(fz_reader *r, int32_t D, int prefill) {
+  const int64_t splits = D >= 64 && D % 64 == 0 ? D / 64 : 1;
+  const int64_t limit = prefill ? C128_MAX_PREFILL_ROWS : INT32_MAX / splits;
+  int64_t v;
+  switch (rd_below(r, 8)) {
+  case 0:
+    v = limit + 1;
+    break;
+  case 1:
+    v = limit + 1 + rd_u16(r);
+    break;
+  case 2:
+    v = INT32_MAX;
+    break;
+  case 3:
+    v = (int64_t)INT32_MAX + 1;
+    break;
+  case 4:
+    v = INT64_MAX;
+    break;
+  case 5:
+    v = INT64_C(1) << (60 + rd_below(r, 3));
+    break; /* * 16 bytes wraps a 64-bit size */
+  case 6:
+    v = (int64_t)(UINT64_MAX / 16 + 1);
+    break; /* the same in two's complement */
+  default:
+    v = INT64_MAX / 8 + rd_u8(r);
+    break;
+  }
+  return v > limit ? v : limit + 1;
+}
+static int32_t rd_group(fz_reader *r) {
+  const int sel = rd_below(r, 16);
+  if (sel < 10) return 0;
+  if (sel < 13) return 1 + rd_below(r, 32);
+  if (sel == 13) return 33 + rd_below(r, 4);
+  if (sel == 14) return -1 - rd_below(r, 4);
+  return (int32_t)rd_u32(r);
+}
+
 static void fz_mode_checker(fz_reader *r) {
   const int prefill = rd_below(r, 2);
   const int32_t D = rd_head_dim(r);
@@ -57,7 +103,7 @@ static void fz_mode_checker(fz_reader *r) {
   const int64_t n1 = rd_below(r, 17), n2 = prefill ? rd_below(r, 17) : 0;
   const int csel = rd_below(r, 16);
   /* The count the arguments claim: the array's, or 0 / negative with the array or NULL. */
-  const int64_t count1 = csel == 0 ? -1 - rd_u8(r) : csel == 1 ? 0 : n1, count2 = prefill && csel == 2 ? -1 : n2;
+  int64_t count1 = csel == 0 ? -1 - rd_u8(r) : csel == 1 ? 0 : n1, count2 = prefill && csel == 2 ? -1 : n2;
   const int null_plans = csel == 3;
   const int64_t span = pages >= 0 && pages < 12 ? pages : 12;
   void *p1 = fz_alloc((size_t)n1 * 16 + 1), *p2 = fz_alloc((size_t)n2 * 8 + 1);
@@ -73,12 +119,49 @@ static void fz_mode_checker(fz_reader *r) {
   char *msg = msel == 5 ? NULL : (char *)fz_alloc(msg_size + (msg_size == 0));
   if (msg) memset(msg, 'x', msg_size + (msg_size == 0)); /* a missing NUL shows */
   const int null_args = rd_below(r, 64) == 0, null_report = rd_below(r, 64) == 0;
+  /* Fields added with the checker = launch rule (old inputs read them as 0). */
+  const int32_t group = rd_group(r);
+  const int xsel = rd_below(r, 16);
+  if (xsel == 1) count1 = rd_huge_count(r, D, prefill); /* huge counts over small arrays */
+  if (xsel == 2 && prefill) count2 = rd_huge_count(r, D, prefill);
+  const int misalign = xsel == 3 ? 1 + rd_below(r, 2) : 0; /* a plan array off its alignment */
+  /* A count at the prefill limit over a full array: n1 fuzzed plans, the rest sentinels. */
+  const int at_limit = xsel == 4;
+  if (at_limit) {
+    const int64_t big = C128_MAX_PREFILL_ROWS;
+    void *q1 = fz_alloc((size_t)big * 16), *q2 = fz_alloc((size_t)big * 8);
+    memcpy(q1, p1, (size_t)n1 * 16), memcpy(q2, p2, (size_t)n2 * 8);
+    const c128_compress_plan no_c = C128_INVALID_COMPRESS_PLAN;
+    const c128_write_plan no_w = C128_INVALID_WRITE_PLAN;
+    const c128_decode_plan no_d = {0, -1, -1, -1};
+    for (int64_t k = n1; k < big; ++k) {
+      if (prefill) ((c128_compress_plan *)q1)[k] = no_c;
+      else ((c128_decode_plan *)q1)[k] = no_d;
+    }
+    for (int64_t k = n2; k < big; ++k) ((c128_write_plan *)q2)[k] = no_w;
+    free(p1), free(p2);
+    p1 = q1, p2 = q2;
+    count1 = big, count2 = prefill ? big : 0;
+  }
+  const int64_t len1 = at_limit ? C128_MAX_PREFILL_ROWS : n1, len2 = at_limit && prefill ? C128_MAX_PREFILL_ROWS : n2;
+  /* The misaligned array is a copy one byte (or half a plan) off, of the same length. */
+  void *m1 = NULL;
+  const void *plans1 = null_plans ? NULL : p1, *plans2 = null_plans ? NULL : p2;
+  if (misalign) {
+    const size_t off = misalign == 1 ? 1 : (prefill && rd_below(r, 2) ? 4 : 8);
+    const size_t bytes = prefill && off == 4 ? (size_t)len2 * 8 : (size_t)len1 * 16;
+    m1 = fz_alloc(bytes + 16);
+    memcpy((char *)m1 + off, prefill && off == 4 ? p2 : p1, bytes);
+    if (prefill && off == 4) plans2 = (char *)m1 + off;
+    else plans1 = (char *)m1 + off;
+  }
   fz_set_context("mode 4 (checker) %s head_dim %d dtypes %d/%d/%d pages %lld input_rows %lld output_rows %lld layout "
-                 "{%d, %d, %d} plans %lld/%lld counts %lld/%lld%s message %zu%s%s",
+                 "{%d, %d, %d} plans %lld/%lld counts %lld/%lld%s%s group %d message %zu%s%s",
                  prefill ? "prefill" : "decode", D, sd, id, od, (long long)pages, (long long)in_rows,
-                 (long long)out_rows, lay.rank, lay.size, lay.pages_per_rank, (long long)n1, (long long)n2,
-                 (long long)count1, (long long)count2, null_plans ? " NULL plans" : "", msg_size,
-                 null_args ? " NULL args" : "", null_report ? " NULL report" : "");
+                 (long long)out_rows, lay.rank, lay.size, lay.pages_per_rank, (long long)len1, (long long)len2,
+                 (long long)count1, (long long)count2, null_plans ? " NULL plans" : "",
+                 misalign ? " misaligned plans" : "", group, msg_size, null_args ? " NULL args" : "",
+                 null_report ? " NULL report" : "");
 
   c128_plan_report rep = {777, C128_PLAN_DECODE, msg, msg_size};
   c128_status st;
@@ -89,43 +172,73 @@ static void fz_mode_checker(fz_reader *r) {
     pa.head_dim = D;
     fz_put_dtype(&pa.state_dtype, sd), fz_put_dtype(&pa.input_dtype, id), fz_put_dtype(&pa.output_dtype, od);
     pa.state_pages = pages, pa.input_rows = in_rows, pa.output_rows = out_rows, pa.layout = lay;
-    pa.compress_plans = null_plans ? NULL : (const c128_compress_plan *)p1, pa.num_compress = count1;
-    pa.write_plans = null_plans ? NULL : (const c128_write_plan *)p2, pa.num_write = count2;
+    pa.compress_plans = (const c128_compress_plan *)plans1, pa.num_compress = count1;
+    pa.write_plans = (const c128_write_plan *)plans2, pa.num_write = count2;
+    pa.windows_per_block = group;
     st = c128_check_prefill_plans(null_args ? NULL : &pa, null_report ? NULL : &rep);
   } else {
     da.head_dim = D;
     fz_put_dtype(&da.state_dtype, sd), fz_put_dtype(&da.input_dtype, id), fz_put_dtype(&da.output_dtype, od);
     da.state_pages = pages, da.output_rows = out_rows, da.layout = lay;
-    da.plans = null_plans ? NULL : (const c128_decode_plan *)p1, da.batch = count1;
+    da.plans = (const c128_decode_plan *)plans1, da.batch = count1;
+    da.requests_per_block = group;
     st = c128_check_decode_plans(null_args ? NULL : &da, null_report ? NULL : &rep);
   }
-  const uint32_t bit = fz_bit_of(st);
+  fz_add_context(" -> %s", c128_status_string(st));
 
-  /* The argument errors these arguments have. */
-  uint32_t errs = 0;
-  if (null_args || null_report) errs |= FZ_BIT(C128_ERROR_NULL_POINTER);
-  if (D <= 0 || D > C128_MAX_HEAD_DIM || D % 64) errs |= FZ_BIT(C128_ERROR_UNSUPPORTED_INSTANCE);
-  else if (pages > INT64_MAX / ((int64_t)128 * 2 * D * 4)) errs |= FZ_BIT(C128_ERROR_STATE_TOO_LARGE);
-  if (pages < 0 || out_rows < 0 || count1 < 0 || count2 < 0 || (prefill && in_rows < 0))
-    errs |= FZ_BIT(C128_ERROR_NEGATIVE_SIZE);
-  if (!fz_layout_valid(lay)) errs |= FZ_BIT(C128_ERROR_INVALID_LAYOUT);
-  if (null_plans && (count1 > 0 || count2 > 0)) errs |= FZ_BIT(C128_ERROR_NULL_POINTER);
-  if (errs) {
-    FZ_CHECK(5, bit & errs, "checker: %s; the arguments have the errors 0x%x", c128_status_string(st), errs);
-  } else {
-    FZ_CHECK(5, st == C128_SUCCESS || st == C128_ERROR_INVALID_PLAN, "checker: %s for valid arguments",
-             c128_status_string(st));
+  /* The status the launch's validation gives. */
+  const m_args ma = {prefill, D, sd, id, od, pages, in_rows, out_rows, count1, count2, lay, group, plans1, plans2};
+  const c128_status want = null_args || null_report ? C128_ERROR_NULL_POINTER : m_validate(&ma);
+  FZ_CHECK(5, st == want || (want == C128_SUCCESS && st == C128_ERROR_INVALID_PLAN),
+           "checker: %s; the launch's validation gives %s", c128_status_string(st), c128_status_string(want));
+  if (!null_report && !null_args)
+    FZ_CHECK(5,
+             want != C128_SUCCESS ? rep.index == -1
+             : st == C128_SUCCESS ? rep.index == -1
+                                  : rep.index >= 0,
+             "checker %s reports index %lld", c128_status_string(st), (long long)rep.index);
+
+  /* Checker = launch: the generic host launch, and the typed entry point of the named instance,
+     with the same arguments and no tensors (a launch with work stops at the NULL state; one
+     whose arguments are bad stops earlier with the checker's status; neither reads anything). */
+  {
+    const c128_status vwant = m_validate(&ma); /* the launch has no report to be NULL */
+    const c128_status lwant = null_args               ? C128_ERROR_NULL_POINTER
+                              : vwant != C128_SUCCESS ? vwant
+                              : m_has_work(&ma)       ? C128_ERROR_NULL_POINTER
+                                                      : C128_SUCCESS;
+    const int inst = fz_find_instance(D, sd, id, od);
+    const int other =
+        inst >= 0 ? (inst + 1 + rd_below(r, FZ_NUM_INSTANCES - 1)) % FZ_NUM_INSTANCES : rd_below(r, FZ_NUM_INSTANCES);
+    c128_status lst, tst = lwant, ost = C128_ERROR_INSTANCE_MISMATCH;
+    if (prefill) {
+      lst = c128_prefill_host(null_args ? NULL : &pa, NULL);
+      if (inst >= 0) tst = fz_instances[inst].prefill_host(null_args ? NULL : &pa, NULL);
+      if (other >= 0 && other != inst) ost = fz_instances[other].prefill_host(null_args ? NULL : &pa, NULL);
+    } else {
+      lst = c128_decode_host(null_args ? NULL : &da, NULL);
+      if (inst >= 0) tst = fz_instances[inst].decode_host(null_args ? NULL : &da, NULL);
+      if (other >= 0 && other != inst) ost = fz_instances[other].decode_host(null_args ? NULL : &da, NULL);
+    }
+    FZ_CHECK(5, lst == lwant && tst == lwant, "launch without tensors: generic %s, typed %s; expected %s",
+             c128_status_string(lst), c128_status_string(tst), c128_status_string(lwant));
+    FZ_CHECK(5, ost == (null_args ? C128_ERROR_NULL_POINTER : C128_ERROR_INSTANCE_MISMATCH),
+             "another instance's typed entry point: %s", c128_status_string(ost));
+  }
+
+  if (!null_args && !null_report && want == C128_SUCCESS) {
     const fz_layout L = fz_layout_of(pages, lay);
-    int *off1 = (int *)fz_alloc((size_t)n1 * sizeof(int) + 1), *off2 = (int *)fz_alloc((size_t)n2 * sizeof(int) + 1);
-    int *run = (int *)fz_alloc((size_t)(n1 + n2) * sizeof(int) + 1);
-    int64_t *slot = (int64_t *)fz_alloc((size_t)(n1 + n2) * sizeof(int64_t) + 1);
+    int *off1 = (int *)fz_alloc((size_t)len1 * sizeof(int) + 1),
+        *off2 = (int *)fz_alloc((size_t)len2 * sizeof(int) + 1);
+    int *run = (int *)fz_alloc((size_t)(len1 + len2) * sizeof(int) + 1);
+    int64_t *slot = (int64_t *)fz_alloc((size_t)(len1 + len2) * sizeof(int64_t) + 1);
     for (int64_t k = 0; k < count1; ++k) {
       if (prefill) {
-        const c128_compress_plan p = ((c128_compress_plan *)p1)[k];
+        const c128_compress_plan p = ((const c128_compress_plan *)plans1)[k];
         const m_compress m = m_compress_plan(&L, k, in_rows, out_rows, p);
         off1[k] = m.reason == M_SKIP ? 1 : m.reason == M_RUN && p.seq_len % 128 != 0 ? 2 : 0;
       } else {
-        const c128_decode_plan p = ((c128_decode_plan *)p1)[k];
+        const c128_decode_plan p = ((const c128_decode_plan *)plans1)[k];
         const m_decode m = m_decode_plan(&L, k, count1, out_rows, p);
         off1[k] = m.reason == M_SKIP                                                      ? 1
                   : m.reason == M_RUN && m.boundary && p.read_page_1 != p.write_loc / 128 ? 2
@@ -135,7 +248,7 @@ static void fz_mode_checker(fz_reader *r) {
     }
     if (!prefill) fz_mark_duplicates(slot, run, count1, off1);
     for (int64_t k = 0; k < count2; ++k) {
-      const c128_write_plan p = ((c128_write_plan *)p2)[k];
+      const c128_write_plan p = ((const c128_write_plan *)plans2)[k];
       const m_write m = m_write_plan(&L, in_rows, p);
       off2[k] = m.reason == M_SKIP, run[k] = m.reason == M_RUN, slot[k] = p.write_loc;
     }
@@ -156,7 +269,9 @@ static void fz_mode_checker(fz_reader *r) {
     if (ist == C128_SUCCESS)
       FZ_CHECK(5,
                !strcmp(info.name, fz_instances[idx].name) && info.head_dim == fz_instances[idx].head_dim &&
-                   c128_find_instance(info.head_dim, info.state_dtype, info.input_dtype, info.output_dtype) == idx,
+                   c128_find_instance(info.head_dim, info.state_dtype, info.input_dtype, info.output_dtype) == idx &&
+                   info.decode_host == fz_instances[idx].decode_host &&
+                   info.prefill_host == fz_instances[idx].prefill_host,
                "instance %d: info differs from the table", idx);
     FZ_CHECK(5, c128_instance_info_get(0, NULL) == C128_ERROR_NULL_POINTER, "c128_instance_info_get(0, NULL)");
     const uint32_t fbits = rd_u32(r);
@@ -169,7 +284,7 @@ static void fz_mode_checker(fz_reader *r) {
     const float w = c128_bf16_to_float((uint16_t)fbits);
     FZ_CHECK(5, fz_bits(w) == (fbits & 0xFFFFu) << 16, "bf16 0x%04x widens to 0x%08x", fbits & 0xFFFFu, fz_bits(w));
   }
-  { /* c128_status_string on any value a C caller may hold */
+  { /* c128_status_string on any value a C caller may hold; the public helpers on any sizes */
     int32_t v = (int32_t)rd_u32(r);
 #if FZ_AVOID_KNOWN_BUG_2
     v &= 31;
@@ -178,6 +293,20 @@ static void fz_mode_checker(fz_reader *r) {
     memcpy(&any, &v, sizeof v);
     const char *text = c128_status_string(any);
     FZ_CHECK(5, text && strlen(text) > 0, "c128_status_string(%d) is empty", v);
+    int32_t dt = (int32_t)rd_u32(r);
+    c128_dtype anyd;
+    memcpy(&anyd, &dt, sizeof dt);
+    const size_t es = c128_dtype_size(anyd);
+    FZ_CHECK(5, es == (dt == C128_F32 ? 4u : dt == C128_BF16 ? 2u : 0u), "c128_dtype_size(%d) = %zu", dt, es);
+    /* Group sizes and the workspace size are defined for every argument (UBSan sees overflow). */
+    const int64_t jobs = rd_below(r, 2) ? rd_huge_count(r, D, prefill) : (int64_t)rd_u64(r);
+    const int32_t sms = (int32_t)rd_u32(r);
+    const int32_t gd = c128_decode_group_size(jobs, D, sms), gp = c128_prefill_group_size(jobs, D, sms);
+    FZ_CHECK(5, gd >= 1 && gd <= C128_MAX_DECODE_GROUP && gp >= 1 && gp <= C128_MAX_PREFILL_GROUP,
+             "group sizes %d / %d for %lld jobs, head_dim %d, %d SMs", gd, gp, (long long)jobs, D, sms);
+    const size_t ws = c128_plan_workspace_size(jobs);
+    FZ_CHECK(5, (jobs < 0 || jobs > INT32_MAX / 2) ? ws == 0 : ws >= (size_t)jobs * sizeof(c128_request),
+             "c128_plan_workspace_size(%lld) = %zu", (long long)jobs, ws);
   }
-  free(p1), free(p2), free(msg);
+  free(p1), free(p2), free(m1), free(msg);
 }

@@ -228,9 +228,11 @@ typedef struct fz_instance {
   c128_status (*decode_host)(const c128_decode_args *, const c128_host_options *);
   c128_status (*prefill_host)(const c128_prefill_args *, const c128_host_options *);
 } fz_instance;
-#define FZ_INSTANCE_ROW(name, D, state, input, output)                                        \
+// clang-format off
+#define FZ_INSTANCE_ROW(name, D, state, input, output)                                                \
   {#name, D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output, c128_decode_host_##name, \
    c128_prefill_host_##name},
+// clang-format on
 static const fz_instance fz_instances[] = {C128_INSTANCES(FZ_INSTANCE_ROW)};
 #undef FZ_INSTANCE_ROW
 enum { FZ_NUM_INSTANCES = (int)(sizeof fz_instances / sizeof fz_instances[0]) };

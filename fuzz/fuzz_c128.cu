@@ -13,9 +13,11 @@
 #define C128_IMPLEMENTATION
 /* A small instance table: the two production dtype sets, bf16 throughout, a mixed one, and the
    smallest and a wider head_dim (1 and 4 splits per compress event). */
-#define C128_INSTANCES(X)                                                                     \
+// clang-format off
+#define C128_INSTANCES(X)                                                                             \
   C128_ROW(X, 128, f32, f32, f32) C128_ROW(X, 128, bf16, bf16, bf16) C128_ROW(X, 128, bf16, f32, f32) \
   C128_ROW(X, 128, f32, bf16, bf16) C128_ROW(X, 64, bf16, f32, bf16) C128_ROW(X, 256, f32, f32, f32)
+// clang-format on
 #include "../c128.cuh"
 
 #include <math.h>

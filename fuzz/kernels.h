@@ -79,7 +79,57 @@ static void fz_check_message(const fz_options *f, c128_status st) {
 }
 static int rd_corruption(fz_reader *r) {
   const int v = rd_u8(r);
-  return v < 200 ? 0 : 1 + (v - 200) % 18;
+  return v < 200 ? 0 : 1 + (v - 200) % 24; /* 1..18: one bad argument; 19..24: aliased tensors */
+}
+
+/* [a, a + an) and [b, b + bn) overlap; empty ranges and NULL overlap nothing. */
+static int fz_overlaps(const void *a, uint64_t an, const void *b, uint64_t bn) {
+  if (!a || !b || !an || !bn) return 0;
+  const uint64_t x = (uint64_t)(uintptr_t)a, y = (uint64_t)(uintptr_t)b;
+  return x < y ? y - x < an : x - y < bn;
+}
+/* The header's aliasing rule over the extents a launch's sizes give: the tensors it writes
+   (state, output) overlap nothing else of the call. `out_rows`: the output rows it writes (decode:
+   batch, prefill: num_compress); `in_rows`: the input rows it reads. */
+static int fz_tensors_alias(const fz_instance *I, const void *state, int64_t pages, const void *input, int64_t in_rows,
+                            const float *ape, const void *output, int64_t output_rows, int64_t out_rows, const void *p1,
+                            uint64_t p1_bytes, const void *p2, uint64_t p2_bytes) {
+  const int need_output = out_rows > 0; /* the launch checks ape and output only when it writes outputs */
+  (void)output_rows;
+  const uint64_t sb = (uint64_t)pages * 128 * 2 * I->head_dim * fz_es(I->buf);
+  const uint64_t ob = need_output ? (uint64_t)out_rows * I->head_dim * fz_es(I->out) : 0;
+  const uint64_t ib = (uint64_t)in_rows * 2 * I->head_dim * fz_es(I->in),
+                 ab = need_output ? 128u * I->head_dim * 4u : 0;
+  return fz_overlaps(state, sb, input, ib) || fz_overlaps(state, sb, ape, ab) || fz_overlaps(state, sb, output, ob) ||
+         fz_overlaps(state, sb, p1, p1_bytes) || fz_overlaps(state, sb, p2, p2_bytes) ||
+         fz_overlaps(output, ob, input, ib) || fz_overlaps(output, ob, ape, ab) ||
+         fz_overlaps(output, ob, p1, p1_bytes) || fz_overlaps(output, ob, p2, p2_bytes);
+}
+/* Corruptions 19..24: one tensor placed at the start of another. */
+static void fz_alias(int corrupt, void **state, const void **input, const float **ape, void **output,
+                     const void **plans) {
+  switch (corrupt) {
+  case 19:
+    *output = *state;
+    break;
+  case 20:
+    *input = *state;
+    break;
+  case 21:
+    *plans = *state;
+    break;
+  case 22:
+    *output = (void *)*input;
+    break;
+  case 23:
+    *output = (void *)*plans;
+    break;
+  case 24:
+    *state = (void *)*ape;
+    break;
+  default:
+    break;
+  }
 }
 
 /* The statuses the validation may give for these arguments: `always` ones regardless of the
@@ -91,6 +141,53 @@ typedef struct fz_expect {
 #define FZ_BIT(st) (1u << (int)(st))
 static uint32_t fz_bit_of(c128_status st) { return (unsigned)st < 32u ? 1u << (unsigned)st : 0u; }
 static int fz_misaligned(const void *p, size_t a) { return (uintptr_t)p % a != 0; }
+
+/* The compiled instance named by (head_dim, dtypes), or -1: the generic launch's lookup. */
+static int fz_find_instance(int32_t D, int32_t sd, int32_t id, int32_t od) {
+  for (int i = 0; i < FZ_NUM_INSTANCES; ++i)
+    if (fz_instances[i].head_dim == D && (int32_t)fz_instances[i].buf == sd && (int32_t)fz_instances[i].in == id &&
+        (int32_t)fz_instances[i].out == od)
+      return i;
+  return -1;
+}
+
+/* The arguments as the generic launch validates them, tensor pointers excepted, in its order
+   (the header: "the checker accepts exactly what the generic launch accepts"). */
+typedef struct m_args {
+  int prefill;
+  int32_t D, sd, id, od;
+  int64_t pages, input_rows, output_rows, count1, count2; /* decode: count1 = batch */
+  c128_shared_layout layout;
+  int32_t group;
+  const void *plans1, *plans2;
+} m_args;
+static c128_status m_validate(const m_args *a) {
+  if (fz_find_instance(a->D, a->sd, a->id, a->od) < 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
+  if (a->pages < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (a->pages > INT64_MAX / ((int64_t)128 * 2 * a->D * 4)) return C128_ERROR_STATE_TOO_LARGE;
+  if (!fz_layout_valid(a->layout)) return C128_ERROR_INVALID_LAYOUT;
+  if (!a->prefill) {
+    if (a->count1 < 0 || a->output_rows < 0) return C128_ERROR_NEGATIVE_SIZE;
+    if (a->count1 > INT32_MAX / (a->D / 64)) return C128_ERROR_TOO_MANY_PLANS;
+    if (a->group < 0 || a->group > C128_MAX_DECODE_GROUP) return C128_ERROR_INVALID_GROUP;
+    if (a->count1 == 0) return C128_SUCCESS;
+    if (a->output_rows < a->count1) return C128_ERROR_OUTPUT_TOO_SMALL;
+    if (!a->plans1) return C128_ERROR_NULL_POINTER;
+    if (fz_misaligned(a->plans1, 16)) return C128_ERROR_MISALIGNED;
+    return C128_SUCCESS;
+  }
+  if (a->input_rows < 0 || a->output_rows < 0 || a->count1 < 0 || a->count2 < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (a->input_rows > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS;
+  if (a->count1 > C128_MAX_PREFILL_ROWS || a->count2 > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_PLANS;
+  if (a->group < 0 || a->group > C128_MAX_PREFILL_GROUP) return C128_ERROR_INVALID_GROUP;
+  if (a->count1 == 0 && a->count2 == 0) return C128_SUCCESS;
+  if (a->output_rows < a->count1) return C128_ERROR_OUTPUT_TOO_SMALL;
+  if ((a->count1 && !a->plans1) || (a->count2 && !a->plans2)) return C128_ERROR_NULL_POINTER;
+  if (fz_misaligned(a->plans1, 16) || fz_misaligned(a->plans2, 8)) return C128_ERROR_MISALIGNED;
+  return C128_SUCCESS;
+}
+/* Does a call with these (valid) arguments have work, i.e. get past the no-work return? */
+static int m_has_work(const m_args *a) { return a->prefill ? a->count1 > 0 || a->count2 > 0 : a->count1 > 0; }
 
 static void fz_expect_common(fz_expect *e, const fz_instance *I, int typed, int32_t head_dim, c128_dtype sd,
                              c128_dtype id, c128_dtype od, int64_t state_pages, c128_shared_layout l) {
@@ -132,6 +229,28 @@ static int fz_check_status(const fz_expect *e, c128_status st, int race_expected
                          : "no two runnable plans conflict, or the race checker is off",
            race_msg && race_msg[0] ? race_msg : "(no message buffer)");
   return 0;
+}
+
+/* Checker = launch (property 5): the checker over the call's own arguments refuses them with
+   the launch's status; when it accepts them, the launch failed, if at all, on a tensor pointer
+   (NULL, misaligned, aliased: the checker does not look at tensors) or found a race. A typed
+   entry point called with another instance's arguments is INSTANCE_MISMATCH first. */
+static void fz_check_equals_launch(c128_status cst, c128_status st, int typed_mismatch) {
+  if (typed_mismatch) {
+    FZ_CHECK(5, st == C128_ERROR_INSTANCE_MISMATCH, "typed entry point with another instance's arguments: %s",
+             c128_status_string(st));
+  } else if (cst != C128_SUCCESS && cst != C128_ERROR_INVALID_PLAN) {
+    FZ_CHECK(5, st == cst, "checker %s, launch %s over the same arguments", c128_status_string(cst),
+             c128_status_string(st));
+  } else {
+    FZ_CHECK(5,
+             st == C128_SUCCESS || st == C128_ERROR_RACE_DETECTED || st == C128_ERROR_NULL_POINTER ||
+                 st == C128_ERROR_MISALIGNED || st == C128_ERROR_ALIASED,
+             "checker %s (accepts the arguments), launch %s", c128_status_string(cst), c128_status_string(st));
+  }
+}
+static int fz_typed_mismatch(int typed, const fz_instance *I, int32_t D, c128_dtype sd, c128_dtype id, c128_dtype od) {
+  return typed && (D != I->head_dim || sd != I->buf || id != I->in || od != I->out);
 }
 
 /* >>checks after a run ------------------------------------------------------------------------ */
@@ -194,31 +313,36 @@ static void fz_widen_row(int j, const void *base, int64_t row, int D, c128_dtype
 
 /* The checker's answer against the offending plans of the model. `offending[k]` is 1 for a plan
    a kernel skips, 2 for a runnable plan the checker must still refuse (a wrong seq_len, a
-   boundary slot outside its read page, a slot another plan writes too). */
+   boundary slot outside its read page, a slot an earlier plan writes too). The checker names
+   the first offending plan: the lowest index of the first array (compress or decode) that has
+   one, else the lowest of the second (write). */
 static void fz_check_report(c128_status st, const c128_plan_report *rep, const char *msg, size_t msg_size,
                             const int *off_c, int64_t nc, const int *off_w, int64_t nw, c128_plan_kind kc,
                             c128_plan_kind kw) {
-  int64_t first_c = -1, first_w = -1, any = 0;
-  for (int64_t k = 0; k < nc; ++k) any |= off_c[k], first_c = first_c < 0 && off_c[k] == 1 ? k : first_c;
-  for (int64_t k = 0; k < nw; ++k) any |= off_w[k], first_w = first_w < 0 && off_w[k] == 1 ? k : first_w;
-  if (!any) {
+  int64_t first_c = -1, first_w = -1;
+  for (int64_t k = 0; k < nc && first_c < 0; ++k)
+    if (off_c[k]) first_c = k;
+  for (int64_t k = 0; k < nw && first_w < 0; ++k)
+    if (off_w[k]) first_w = k;
+  if (first_c < 0 && first_w < 0) {
     FZ_CHECK(5, st == C128_SUCCESS && rep->index == -1, "checker: %s (index %lld) for plans that are all fine",
              c128_status_string(st), (long long)rep->index);
     return;
   }
   FZ_CHECK(5, st == C128_ERROR_INVALID_PLAN, "checker: %s, but plan %lld/%lld is offending", c128_status_string(st),
            (long long)first_c, (long long)first_w);
-  const int is_c = rep->kind == kc && nc > 0 && (kc != kw || rep->index < nc);
-  const int64_t n = is_c ? nc : nw;
-  FZ_CHECK(5, (rep->kind == kc || rep->kind == kw) && rep->index >= 0 && rep->index < n,
-           "checker: report kind %d index %lld out of range", (int)rep->kind, (long long)rep->index);
-  const int *off = is_c ? off_c : off_w;
-  const int64_t first = is_c ? first_c : first_w;
-  FZ_CHECK(5, off[rep->index], "checker names plan %lld (kind %d), which is not offending (message: %s)",
-           (long long)rep->index, (int)rep->kind, msg ? msg : "-");
-  FZ_CHECK(5, off[rep->index] == 2 || first == rep->index,
-           "checker names plan %lld, but plan %lld comes first among plans a kernel skips", (long long)rep->index,
-           (long long)first);
+  const c128_plan_kind want_kind = first_c >= 0 ? kc : kw;
+  const int64_t want_index = first_c >= 0 ? first_c : first_w;
+  FZ_CHECK(5, rep->kind == want_kind && rep->index == want_index,
+           "checker names %s plan %lld (message: %s); the first offending plan is %s plan %lld (why: %d)",
+           rep->kind == C128_PLAN_COMPRESS ? "compress"
+           : rep->kind == C128_PLAN_WRITE  ? "write"
+                                           : "decode",
+           (long long)rep->index, msg ? msg : "-",
+           want_kind == C128_PLAN_COMPRESS ? "compress"
+           : want_kind == C128_PLAN_WRITE  ? "write"
+                                           : "decode",
+           (long long)want_index, first_c >= 0 ? off_c[first_c] : off_w[first_w]);
   if (msg && msg_size) FZ_CHECK(5, memchr(msg, 0, msg_size) != NULL, "checker message not NUL-terminated");
 }
 
@@ -377,6 +501,18 @@ static void fz_mode_prefill(fz_reader *r) {
   const c128_prefill_args clean = a;
   const int typed = (flags >> 5) & 1;
   fz_corrupt_prefill(&a, corrupt);
+  int aliased = 0;
+  if (corrupt >= 19) { /* only where the extents really overlap: else the call would run on them */
+    c128_prefill_args b = a;
+    const void *plans = b.compress_plans;
+    fz_alias(corrupt, &b.state, &b.input, &b.ape, &b.output, &plans);
+    b.compress_plans = (const c128_compress_plan *)plans;
+    aliased = fz_tensors_alias(I, b.state, b.state_pages, b.input, b.input_rows, b.ape, b.output, b.output_rows,
+                               b.num_compress, b.compress_plans, (uint64_t)b.num_compress * 16, b.write_plans,
+                               (uint64_t)b.num_write * 8);
+    if (aliased) a = b;
+    fz_add_context(" aliased %d", aliased);
+  }
 
   /* The model: which plans run, what they write, and whether two of them conflict. */
   const int valid_layout = fz_layout_valid(lay);
@@ -404,12 +540,18 @@ static void fz_mode_prefill(fz_reader *r) {
   if ((a.num_compress > 0 && !a.compress_plans) || (a.num_write > 0 && !a.write_plans))
     e.work |= FZ_BIT(C128_ERROR_NULL_POINTER);
   if (fz_misaligned(a.compress_plans, 16) || fz_misaligned(a.write_plans, 8)) e.work |= FZ_BIT(C128_ERROR_MISALIGNED);
-  fz_expect_pointers(&e, I, a.state, a.input, a.ape, a.output, a.num_compress > 0);
+  fz_expect_pointers(&e, I, a.state, a.input, a.ape, a.output, a.num_compress > 0); /* outputs it writes */
+  if (aliased) e.work |= FZ_BIT(C128_ERROR_ALIASED), e.has_work = 1;
 
   fz_options opt = fz_make_options(flags);
   const c128_status st = typed ? I->prefill_host(&a, opt.ptr) : c128_prefill_host(&a, opt.ptr);
   const int rejected = fz_check_status(&e, st, opt.o.check_races && conflict, opt.msg);
   fz_check_message(&opt, st);
+  {
+    c128_plan_report rep0 = {0, C128_PLAN_DECODE, NULL, 0};
+    fz_check_equals_launch(c128_check_prefill_plans(&a, &rep0), st,
+                           fz_typed_mismatch(typed, I, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype));
+  }
 
   if (rejected) {
     FZ_CHECK(2, memcmp(state, state0, state_bytes) == 0 && memcmp(output, output0, out_bytes) == 0,
@@ -481,8 +623,11 @@ static void fz_mode_prefill(fz_reader *r) {
     char *msg = msg_size ? (char *)fz_alloc(msg_size) : NULL;
     c128_plan_report rep = {12345, C128_PLAN_DECODE, msg, msg_size};
     const c128_status cst = c128_check_prefill_plans(&clean, &rep);
-    if (!valid_layout) {
-      FZ_CHECK(5, cst == C128_ERROR_INVALID_LAYOUT, "checker: %s for an invalid layout", c128_status_string(cst));
+    const m_args ma = {1, D, (int32_t)I->buf, (int32_t)I->in, (int32_t)I->out, P, N, O, NC, NW, lay, wgroup, cp, wp};
+    const c128_status want = m_validate(&ma);
+    if (want != C128_SUCCESS) {
+      FZ_CHECK(5, cst == want && rep.index == -1, "checker: %s (index %lld), the launch's validation gives %s",
+               c128_status_string(cst), (long long)rep.index, c128_status_string(want));
     } else {
       int *off_c = (int *)fz_alloc((size_t)NC * sizeof(int) + 1),
           *off_w = (int *)fz_alloc((size_t)NW * sizeof(int) + 1);
@@ -627,6 +772,17 @@ static void fz_mode_decode(fz_reader *r) {
   const c128_decode_args clean = a;
   const int typed = (flags >> 5) & 1;
   fz_corrupt_decode(&a, corrupt);
+  int aliased = 0;
+  if (corrupt >= 19) {
+    c128_decode_args b = a;
+    const void *pl = b.plans;
+    fz_alias(corrupt, &b.state, &b.input, &b.ape, &b.output, &pl);
+    b.plans = (const c128_decode_plan *)pl;
+    aliased = fz_tensors_alias(I, b.state, b.state_pages, b.input, b.batch, b.ape, b.output, b.output_rows, b.batch,
+                               b.plans, (uint64_t)b.batch * 16, NULL, 0);
+    if (aliased) a = b;
+    fz_add_context(" aliased %d", aliased);
+  }
   const int64_t G = FZ_MAX_GROUP > 1 && group_valid ? fz_host_group(&clean) : 1; /* requests per block */
 
   const int valid_layout = fz_layout_valid(lay);
@@ -669,6 +825,7 @@ static void fz_mode_decode(fz_reader *r) {
   if (!a.plans) e.work |= FZ_BIT(C128_ERROR_NULL_POINTER);
   if (fz_misaligned(a.plans, 16)) e.work |= FZ_BIT(C128_ERROR_MISALIGNED);
   fz_expect_pointers(&e, I, a.state, a.input, a.ape, a.output, 1);
+  if (aliased) e.work |= FZ_BIT(C128_ERROR_ALIASED), e.has_work = 1;
   if (a.batch != B) e.has_work = 1; /* a bigger batch than the buffers: must be refused */
 
   fz_options opt = fz_make_options(flags);
@@ -676,6 +833,11 @@ static void fz_mode_decode(fz_reader *r) {
   if (a.batch != B && !e.always && !e.work) fz_fail(2, "harness: corruption %d left no error to expect", corrupt);
   const int rejected = fz_check_status(&e, st, opt.o.check_races && conflict, opt.msg);
   fz_check_message(&opt, st);
+  {
+    c128_plan_report rep0 = {0, C128_PLAN_DECODE, NULL, 0};
+    fz_check_equals_launch(c128_check_decode_plans(&a, &rep0), st,
+                           fz_typed_mismatch(typed, I, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype));
+  }
 
   if (rejected) {
     FZ_CHECK(2, memcmp(state, state0, state_bytes) == 0 && memcmp(output, output0, out_bytes) == 0,
@@ -737,8 +899,11 @@ static void fz_mode_decode(fz_reader *r) {
     char *msg = msg_size ? (char *)fz_alloc(msg_size) : NULL;
     c128_plan_report rep = {12345, C128_PLAN_WRITE, msg, msg_size};
     const c128_status cst = c128_check_decode_plans(&clean, &rep);
-    if (!valid_layout) {
-      FZ_CHECK(5, cst == C128_ERROR_INVALID_LAYOUT, "checker: %s for an invalid layout", c128_status_string(cst));
+    const m_args ma = {0, D, (int32_t)I->buf, (int32_t)I->in, (int32_t)I->out, P, B, O, B, 0, lay, group, plans, NULL};
+    const c128_status want = m_validate(&ma);
+    if (want != C128_SUCCESS) {
+      FZ_CHECK(5, cst == want && rep.index == -1, "checker: %s (index %lld), the launch's validation gives %s",
+               c128_status_string(cst), (long long)rep.index, c128_status_string(want));
     } else {
       int *off = (int *)fz_alloc((size_t)B * sizeof(int) + 1), *run = (int *)fz_alloc((size_t)B * sizeof(int) + 1);
       int64_t *slot = (int64_t *)fz_alloc((size_t)B * sizeof(int64_t) + 1);

@@ -370,7 +370,10 @@ def extend_field(e, seq, v):
         e.below(12, 0)
         return
     e.below(12, 1)
-    if 0 < v <= min(seq, 300) and seq > 0:
+    if v > (1 << 17):  # as is (rd_extend keeps a raw u32)
+        e.below(16, 13)
+        e.u32(v)
+    elif 0 < v <= min(seq, 300) and seq > 0:
         e.below(16, 0)
         e.below16(min(seq, 300), v - 1)
     elif v == seq:
@@ -414,7 +417,10 @@ def pages_field(e, v):
 
 
 def planner_case(decode, requests, R=0, spec=0, pages=8, table=None, stride=None, num_pool=None, verify=0,
-                 capacity=600, counts=True):
+                 capacity=600, counts=True, corrupt=0, extra=0, kind=0, seed=1, huge=None, dup=None):
+    """extra (the hardening fields): 9 huge request count (huge: rd_huge_requests case), 10 capacity
+    past the limit, 11 host planner's arguments aliased (kind), 12 device planner's (kind), 13 a
+    thread scribbling the requests, 14 the page table, 15 a duplicate (dup: (i, j) pool copy)."""
     e = Enc()
     e.below(5, 3)
     e.below(3, 0 if decode else 1)
@@ -486,6 +492,26 @@ def planner_case(decode, requests, R=0, spec=0, pages=8, table=None, stride=None
         e.below(16, 0)
         e.below16(700, capacity)
     e.below(4, 1 if counts else 0)
+    e.u8(0 if corrupt == 0 else 224 + corrupt - 1)
+    e.below(16, extra)
+    e.below(10, kind)
+    e.u64(seed)
+    if extra == 9:
+        e.below(6, huge or 0)
+        if huge == 1:
+            e.u16(7)
+        elif huge == 4:
+            e.below(3, 1)
+        elif huge == 5:
+            e.u8(3)
+    elif extra == 10:
+        e.u16(1)
+    elif extra == 15 and n >= 2:
+        i, j = dup
+        e.below16(n, i)
+        e.below16(n - 1, (j - i - 1) % n)
+        if table is not None and len(table) >= 2:
+            e.below(2, 0)
     return bytes(e.b)
 
 
@@ -503,7 +529,11 @@ def size_field(e, v):
 
 
 def checker_case(prefill, head_dim=128, dtypes=(0, 0, 0), pages=4, in_rows=300, out_rows=8, lay=None, plans=(),
-                 writes=(), null_plans=False, msg=64, null_args=False, null_report=False):
+                 writes=(), null_plans=False, msg=64, null_args=False, null_report=False, group=0, extra=0, huge=0,
+                 misalign=1):
+    """group: requests/windows per block; extra (the hardening fields): 1 / 2 a huge count
+    (rd_huge_count case `huge`) in the first / write array, 3 a misaligned plan array, 4 counts at
+    the prefill limit over full arrays."""
     e = Enc()
     e.below(5, 4)
     e.below(2, prefill)
@@ -545,6 +575,30 @@ def checker_case(prefill, head_dim=128, dtypes=(0, 0, 0), pages=4, in_rows=300, 
         e.below(120, msg)
     e.below(64, 0 if null_args else 1)
     e.below(64, 0 if null_report else 1)
+    if group == 0:
+        e.below(16, 0)
+    elif 1 <= group <= 32:
+        e.below(16, 10)
+        e.below(32, group - 1)
+    elif 33 <= group <= 36:
+        e.below(16, 13)
+        e.below(4, group - 33)
+    else:
+        e.below(16, 15)
+        e.u32(group)
+    e.below(16, extra)
+    if extra in (1, 2):
+        e.below(8, huge)
+        if huge == 1:
+            e.u16(5)
+        elif huge == 5:
+            e.below(3, 0)
+        elif huge == 7:
+            e.u8(1)
+    elif extra == 3:
+        e.below(2, misalign - 1)
+        if misalign == 2 and prefill:
+            e.below(2, 0)
     return bytes(e.b)
 
 
@@ -660,6 +714,43 @@ def cases():
     c["check-huge-sizes"] = checker_case(0, head_dim=512, pages=(1 << 62), out_rows=-3,
                                          plans=[dict(seq=1, wpage=0, wslot=0)], msg=0)
     c["check-head-dim-not-64"] = checker_case(1, head_dim=100, plans=[dict(seq=128)])
+    # -- the hardening (issue 13)
+    c["check-decode-count-wraps"] = checker_case(0, pages=P, out_rows=-1 & 0x7FFFFFFFFFFFFFFF,
+                                                 plans=[dict(seq=1, wpage=0, wslot=0)], extra=1, huge=5)
+    c["check-write-count-int64-max"] = checker_case(1, pages=P, writes=[dict(rag=1, wpage=0, wslot=1)], extra=2, huge=4)
+    c["check-misaligned-plans"] = checker_case(0, pages=P, out_rows=4, plans=[dict(seq=128, wpage=0, wslot=127)],
+                                               extra=3, misalign=2)
+    c["check-prefill-at-limit"] = checker_case(1, pages=P, in_rows=300, out_rows=(1 << 20),
+                                               plans=[dict(seq=128, bl=0, rag=127)], writes=[dict(rag=1, wpage=0, wslot=1)],
+                                               extra=4)
+    c["check-group-33"] = checker_case(0, pages=P, out_rows=4, plans=[dict(seq=9, wpage=1, wslot=8)], group=33)
+    c["check-output-below-batch"] = checker_case(0, pages=P, out_rows=1, plans=[dict(seq=9, wpage=1, wslot=8)] * 2)
+    c["check-first-offending-duplicate"] = checker_case(1, pages=P, in_rows=300, out_rows=2, writes=[
+        dict(rag=3, wpage=1, wslot=3), dict(rag=4, wpage=1, wslot=3), dict(rag=299 + 2, wpage=1, wslot=4)])
+    c["decode-alias-output-in-state"] = decode_case(F32, 0x01, 2, [dict(seq=128, wpage=0, wslot=127)], corrupt=19)
+    c["decode-alias-plans-in-state"] = decode_case(BF16, 0x01, 1, [dict(seq=3, wpage=0, wslot=2)], corrupt=21)
+    c["prefill-alias-output-in-input"] = prefill_case(F32, 0x01, 1, 200, [dict(seq=128, bl=0, rag=127)], [],
+                                                      corrupt=22)
+    c["prefill-alias-state-is-ape"] = prefill_case(H64, 0x00, 1, 10, [], [dict(rag=1, wpage=0, wslot=1)], corrupt=24,
+                                                   out_extra=1)
+    c["plan-shared-pool-index"] = planner_case(False, [(1, 300, 300), (1, 10, 10)], pages=4)
+    c["plan-decode-shared-pool"] = planner_case(True, [(2, 5, 0), (2, 130, 0)], pages=4)
+    c["plan-absent-any-pool"] = planner_case(False, [(3, 0, 0), (0, 200, 200), (2, 0, 0)], pages=2)
+    c["plan-extend-int32-max"] = planner_case(False, [(0, 0x7FFFFFFF, 0x7FFFFFFF)], R=256, spec=1, pages=4)
+    c["plan-huge-request-count"] = planner_case(False, [(0, 10, 10)], pages=4, extra=9, huge=4)
+    c["plan-capacity-past-limit"] = planner_case(False, [(0, 10, 10)], pages=4, capacity=65536, extra=10)
+    c["plan-alias-requests-in-plans"] = planner_case(False, [(0, 256, 256), (1, 300, 300)], pages=4, capacity=8,
+                                                     extra=11, kind=0)
+    c["plan-alias-plans-struct"] = planner_case(False, [(0, 256, 256)], pages=4, capacity=8, extra=11, kind=4)
+    c["plan-decode-alias-table"] = planner_case(True, [(0, 129, 0), (1, 5, 0)], R=256, pages=6,
+                                                table=[0, 1, 2, 3], num_pool=2, extra=11, kind=3)
+    c["plan-device-alias-requests"] = planner_case(False, [(0, 256, 256), (1, 3, 3)], pages=4, extra=12, kind=0)
+    c["plan-device-counts-over-plans"] = planner_case(True, [(0, 256, 0), (1, 3, 0)], pages=4, extra=12, kind=7)
+    c["plan-scribbled-requests"] = planner_case(False, [(k, 40 + k % 50, 1 + k % 40) for k in range(200)], pages=200,
+                                                capacity=699, extra=13, seed=12345)
+    c["plan-scribbled-table"] = planner_case(False, [(0, 300, 200), (1, 140, 30)], R=256, spec=1, pages=8,
+                                             table=[0, 1, 2, 3], num_pool=2, extra=14, seed=99)
+    c["plan-duplicate-pool"] = planner_case(True, [(0, 129, 0), (1, 5, 0), (2, 9, 0)], pages=4, extra=15, dup=(0, 2))
     return c
 
 
@@ -671,6 +762,10 @@ def crashes():
         "bug2-enum-out-of-range.bin": checker_case(0, dtypes=(0x7FFFFFFF, 0, 0), plans=[dict(seq=1, wpage=0, wslot=0)]),
         "bug3-legacy-nan-race.bin": prefill_case(F32, 0x0D, 1, 128, [dict(seq=128, bl=0, rag=127)], [], seed=1,
                                                  style=2),
+        "bug4-device-planner-status-inside-counts.bin": planner_case(False, [(0, 256, 256), (1, 3, 3)], pages=4,
+                                                                     extra=12, kind=1, seed=0),
+        "bug6-row-naming-one-page-twice.bin": planner_case(False, [(0, 300, 300)], R=256, spec=1, pages=8,
+                                                           table=[5, 5, 2, 3], num_pool=2),
     }
 
 
