@@ -2028,3 +2028,158 @@ Test(gpu, attack_gpu_launches_refuse_aliased_tensors) {
   cudaFree(mem);
   free(t);
 }
+
+/* The planners' size fields at the same edges: the ring's, the request count, the capacity, the
+   verify flag; the host planner and the device planner's host path give the same status (the
+   refusal also in *status), a refusal writes no plan; the GPU entry points refuse what comes
+   before their pointer checks alike (status NULL here: nothing may be written). */
+static const field ring_fields[] = {
+    FIELD(c128_ring, ring_tokens, 0, 0),
+    FIELD(c128_ring, speculative, 0, 0),
+    FIELD(c128_ring, page_table_stride, 1, 0),
+    FIELD(c128_ring, num_pool, 1, INT64_MAX / 2),
+    FIELD(c128_ring, state_pages, 1, INT32_MAX / 128),
+};
+static uint64_t expected_planner(const char *name, int64_t v, int64_t limit, int decode) {
+  const uint64_t ok = BIT(C128_SUCCESS), neg = BIT(C128_ERROR_NEGATIVE_SIZE), ring = BIT(C128_ERROR_INVALID_RING);
+  if (!strcmp(name, "ring_tokens")) return v == 0 || v == 256 ? ok : ring;
+  if (!strcmp(name, "speculative")) return v ? ok : decode ? ok : ok | BIT(C128_ERROR_CAPACITY_TOO_SMALL);
+  if (!strcmp(name, "page_table_stride")) return ring; /* every edge is short of R / 128 or past int64 */
+  if (!strcmp(name, "num_pool"))
+    return v < 0       ? neg
+           : v < 2     ? BIT(C128_ERROR_POOL_INDEX_OUT_OF_RANGE)
+           : v > limit ? ring
+                       : ok | BIT(C128_ERROR_ALIASED);
+  if (!strcmp(name, "state_pages"))
+    return v < 0 ? neg : v > limit ? BIT(C128_ERROR_STATE_TOO_LARGE) : v < 8 ? BIT(C128_ERROR_PAGE_OUT_OF_RANGE) : ok;
+  if (!strcmp(name, "requests")) return v < 0 ? neg : v > INT32_MAX / 2 ? BIT(C128_ERROR_TOO_MANY_PLANS) : ok;
+  if (!strcmp(name, "capacity"))
+    return v < 0                       ? neg
+           : v > C128_MAX_PREFILL_ROWS ? BIT(C128_ERROR_TOO_MANY_PLANS)
+           : v < 135 && !decode        ? BIT(C128_ERROR_CAPACITY_TOO_SMALL)
+                                       : ok;
+  return 0;
+}
+Test(cpu, attack_every_planner_on_every_size_edge) {
+  int32_t *table = xalloc(8 * sizeof(int32_t));
+  for (int k = 0; k < 8; ++k) table[k] = k; /* 4 pool rows of 2 pages */
+  c128_ring base;
+  memset(&base, 0, sizeof base);
+  base.ring_tokens = 256, base.speculative = 1, base.page_table = table, base.page_table_stride = 2, base.num_pool = 4;
+  base.state_pages = 8;
+  const c128_request pq[2] = {{0, 300, 300}, {1, 5, 5}}, dq[2] = {{0, 129, 1}, {1, 5, 1}};
+  guarded gc, gw, gd, dgc, dgw, dgd;
+  c128_compress_plan *cp = guarded_make(&gc, C128_MAX_PREFILL_ROWS * sizeof *cp);
+  c128_write_plan *wp = guarded_make(&gw, C128_MAX_PREFILL_ROWS * sizeof *wp);
+  c128_decode_plan *dp = guarded_make(&gd, 2 * sizeof *dp);
+  c128_compress_plan *dcp = guarded_make(&dgc, C128_MAX_PREFILL_ROWS * sizeof *dcp);
+  c128_write_plan *dwp = guarded_make(&dgw, C128_MAX_PREFILL_ROWS * sizeof *dwp);
+  c128_decode_plan *ddp = guarded_make(&dgd, 2 * sizeof *ddp);
+  void *ws = xalloc(c128_plan_workspace_size(2));
+  const int nrf = (int)(sizeof ring_fields / sizeof *ring_fields);
+  for (int decode = 0; decode < 2; ++decode)
+    for (int fi = 0; fi < nrf + 2; ++fi) {
+      const field count_field = {fi == nrf ? "requests" : "capacity", 0, 1,
+                                 fi == nrf ? INT32_MAX / 2 : C128_MAX_PREFILL_ROWS};
+      const field *f = fi < nrf ? &ring_fields[fi] : &count_field;
+      if (decode && fi == nrf + 1) continue; /* decode has no capacity */
+      int64_t values[12];
+      const int nv = edge_values(f, values);
+      for (int vi = 0; vi < nv; ++vi) {
+        c128_ring ring = base;
+        int64_t n = 2, cap = 600;
+        int64_t v = values[vi];
+        if (fi < nrf) {
+          if (!strcmp(f->name, "page_table_stride") && v >= 2 && v <= INT64_MAX / 4) continue; /* a table it lacks */
+          field_set(&ring, f, v);
+          v = field_get(&ring, f);
+        } else if (fi == nrf) {
+          if (v > 2 && v <= INT32_MAX / 2) continue; /* requests it does not have */
+          n = v;
+        } else {
+          cap = v;
+        }
+        char what[160];
+        snprintf(what, sizeof what, "%s planner with %s = %lld", decode ? "decode" : "prefill", f->name, (long long)v);
+        memset(cp, CANARY, C128_MAX_PREFILL_ROWS * sizeof *cp), memset(wp, CANARY, C128_MAX_PREFILL_ROWS * sizeof *wp);
+        memset(dp, CANARY, 2 * sizeof *dp);
+        c128_prefill_plans p = {cp, wp, cap, 1, -7, -7};
+        const c128_status host = decode ? c128_plan_decode(&ring, dq, n, dp) : c128_plan_prefill(&ring, pq, n, 0, &p);
+        int32_t status = -1;
+        int64_t counts[2] = {-9, -9};
+        c128_device_plan_args a;
+        memset(&a, 0, sizeof a);
+        a.ring = ring, a.requests = decode ? dq : pq, a.num_requests = n, a.capacity = decode ? 0 : cap;
+        a.compress = dcp, a.write = dwp, a.decode = ddp, a.status = &status, a.counts = counts, a.workspace = ws;
+        const c128_status ret = decode ? c128_plan_decode_device_host(&a) : c128_plan_prefill_device_host(&a);
+        const c128_status dev = ret != C128_SUCCESS ? ret : (c128_status)status;
+        a.status = NULL;
+        const c128_status gpu = decode ? c128_plan_decode_device(&a, 0) : c128_plan_prefill_device(&a, 0);
+        const uint64_t want = expected_planner(f->name, v, f->limit, decode);
+        cr_assert(BIT(host) & want, "%s: host planner %s", what, STATUS(host));
+        cr_assert(BIT(dev) & (want | BIT(C128_ERROR_ALIASED)), "%s: device planner %s", what, STATUS(dev));
+        if (host != C128_ERROR_ALIASED && dev != C128_ERROR_ALIASED)
+          cr_assert_eq(dev, host, "%s: device planner %s, host planner %s", what, STATUS(dev), STATUS(host));
+        if (ret != C128_SUCCESS)
+          cr_assert_eq(status, (int32_t)ret, "%s: *status %d after %s", what, status, STATUS(ret));
+        if (host != C128_SUCCESS)
+          cr_assert(untouched(cp, C128_MAX_PREFILL_ROWS * sizeof *cp) &&
+                        untouched(wp, C128_MAX_PREFILL_ROWS * sizeof *wp) && untouched(dp, 2 * sizeof *dp) &&
+                        p.num_compress == -7,
+                    "%s: refused (%s), but wrote", what, STATUS(host));
+        /* before its NULL status, the GPU planner refuses what the host path refused first */
+        const int early = ret == C128_ERROR_INVALID_RING || ret == C128_ERROR_NEGATIVE_SIZE ||
+                          ret == C128_ERROR_TOO_MANY_PLANS || ret == C128_ERROR_STATE_TOO_LARGE;
+        cr_assert_eq(gpu, early ? ret : C128_ERROR_NULL_POINTER, "%s: GPU planner %s", what, STATUS(gpu));
+        guarded_check(&gc, what), guarded_check(&gw, what), guarded_check(&gd, what);
+        guarded_check(&dgc, what), guarded_check(&dgw, what), guarded_check(&dgd, what);
+      }
+    }
+  /* verify: any nonzero flag; 300 drafts on R = 256 are too many, 5 are fine */
+  c128_prefill_plans p = {cp, wp, 600, 1, -7, -7};
+  cr_assert_eq(c128_plan_prefill(&base, pq, 2, INT32_MIN, &p), C128_ERROR_TOO_MANY_DRAFTS);
+  cr_assert_eq(c128_plan_prefill(&base, pq + 1, 1, -1, &p), C128_SUCCESS);
+  /* NULL: every pointer each planner takes */
+  cr_assert_eq(c128_plan_prefill(NULL, pq, 2, 0, &p), C128_ERROR_NULL_POINTER);
+  cr_assert_eq(c128_plan_prefill(&base, NULL, 2, 0, &p), C128_ERROR_NULL_POINTER);
+  cr_assert_eq(c128_plan_prefill(&base, pq, 2, 0, NULL), C128_ERROR_NULL_POINTER);
+  c128_prefill_plans nulls = {NULL, wp, 600, 1, -7, -7};
+  cr_assert_eq(c128_plan_prefill(&base, pq, 2, 0, &nulls), C128_ERROR_NULL_POINTER);
+  nulls.compress = cp, nulls.write = NULL;
+  cr_assert_eq(c128_plan_prefill(&base, pq, 2, 0, &nulls), C128_ERROR_NULL_POINTER);
+  cr_assert_eq(c128_plan_decode(NULL, dq, 2, dp), C128_ERROR_NULL_POINTER);
+  cr_assert_eq(c128_plan_decode(&base, NULL, 2, dp), C128_ERROR_NULL_POINTER);
+  cr_assert_eq(c128_plan_decode(&base, dq, 2, NULL), C128_ERROR_NULL_POINTER);
+  for (int k = 0; k < 6; ++k) {
+    int32_t status = -1;
+    int64_t counts[2];
+    c128_device_plan_args a;
+    memset(&a, 0, sizeof a);
+    a.ring = base, a.requests = pq, a.num_requests = 2, a.capacity = 600, a.compress = dcp, a.write = dwp;
+    a.decode = ddp, a.status = &status, a.counts = counts, a.workspace = ws;
+    switch (k) {
+    case 0:
+      a.requests = NULL;
+      break;
+    case 1:
+      a.workspace = NULL;
+      break;
+    case 2:
+      a.compress = NULL;
+      break;
+    case 3:
+      a.write = NULL;
+      break;
+    case 4:
+      a.decode = NULL;
+      break;
+    default:
+      a.status = NULL;
+      break;
+    }
+    const c128_status st = k == 4 ? c128_plan_decode_device_host(&a) : c128_plan_prefill_device_host(&a);
+    cr_assert_eq(st, C128_ERROR_NULL_POINTER, "device planner, NULL pointer %d: %s", k, STATUS(st));
+    if (k != 5) cr_assert_eq(status, (int32_t)C128_ERROR_NULL_POINTER);
+  }
+  free(gc.base), free(gw.base), free(gd.base), free(dgc.base), free(dgw.base), free(dgd.base), free(ws), free(table);
+}
