@@ -2183,3 +2183,54 @@ Test(cpu, attack_every_planner_on_every_size_edge) {
   }
   free(gc.base), free(gw.base), free(gd.base), free(dgc.base), free(dgw.base), free(dgd.base), free(ws), free(table);
 }
+
+/* The caller's c128_prefill_plans struct changing during the call: pad_to_capacity decides how
+   many entries the planner writes, so it must be read once, with capacity and the pointers. A
+   thread flips it while the planner runs; the requests lie just past the entries an unpadded
+   batch writes (allowed: nothing is written there), so a planner that checked the unpadded
+   extent and then padded would overwrite them. */
+typedef struct flipper {
+  volatile int32_t *flag;
+  int started, stop;
+} flipper;
+static void *flip(void *arg) {
+  flipper *f = arg;
+  __atomic_store_n(&f->started, 1, __ATOMIC_RELEASE);
+  for (uint32_t k = 0; !__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE); ++k)
+    __atomic_store_n((int32_t *)f->flag, (int32_t)(k >> 3 & 1), __ATOMIC_RELAXED);
+  return NULL;
+}
+Test(cpu, attack_planner_plans_struct_changing_during_the_call) { /* class 4 */
+  enum { CAP = 512, ITERS = 3000 };
+  c128_ring ring;
+  memset(&ring, 0, sizeof ring);
+  ring.state_pages = 64;
+  c128_request batch[40];
+  for (int i = 0; i < 40; ++i) batch[i] = (c128_request){i, 130 + i, 3}; /* 3 writes each, no compress */
+  int overwritten = 0, refused = 0, planned = 0;
+  for (int it = 0; it < ITERS && !overwritten; ++it) {
+    arena A;
+    unsigned char *m = arena_make(&A, CAP * 16 + CAP * 8);
+    c128_compress_plan *cp = (c128_compress_plan *)m;
+    c128_write_plan *wp = (c128_write_plan *)(m + CAP * 16);
+    c128_request *req = (c128_request *)(wp + 40 * 3); /* past the 120 write entries */
+    memcpy(req, batch, sizeof batch);
+    c128_prefill_plans p = {cp, wp, CAP, 0, -7, -7};
+    flipper f = {&p.pad_to_capacity, 0, 0};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, flip, &f), 0);
+    while (!__atomic_load_n(&f.started, __ATOMIC_ACQUIRE)) {
+    }
+    const c128_status st = c128_plan_prefill(&ring, req, 40, 0, &p);
+    __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    if (st == C128_ERROR_ALIASED) ++refused;
+    else if (st == C128_SUCCESS) ++planned;
+    else cr_assert_fail("status %s", STATUS(st));
+    overwritten = memcmp(req, batch, sizeof batch) != 0;
+    arena_free(&A);
+  }
+  cr_log_info("%d planned, %d refused as aliased", planned, refused);
+  cr_assert(!overwritten, "the planner padded over the request array after checking the unpadded extent "
+                          "(pad_to_capacity read twice)");
+}
