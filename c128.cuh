@@ -168,9 +168,9 @@
 #define C128_VERSION (C128_VERSION_MAJOR * 10000 + C128_VERSION_MINOR * 100 + C128_VERSION_PATCH)
 #define C128__STRING(x) #x
 #define C128__EXPAND_STRING(x) C128__STRING(x)
-#define C128_VERSION_STRING                                                      \
-  C128__EXPAND_STRING(C128_VERSION_MAJOR) "." C128__EXPAND_STRING(C128_VERSION_MINOR) "." \
-      C128__EXPAND_STRING(C128_VERSION_PATCH)
+#define C128_VERSION_STRING               \
+  C128__EXPAND_STRING(C128_VERSION_MAJOR) \
+  "." C128__EXPAND_STRING(C128_VERSION_MINOR) "." C128__EXPAND_STRING(C128_VERSION_PATCH)
 
 #if defined(C128_STATIC) && !defined(C128_IMPLEMENTATION)
 #define C128_IMPLEMENTATION
@@ -232,8 +232,8 @@
 /* The storage dtypes: X(name, NAME, value, bytes, storage type). The value is cudaDataType_t's
    (CUDA_R_32F, CUDA_R_16BF); `name` spells the dtype in instance names. Adding one (f16, say)
    is a row here and its widen/narrow pair in >>numerics; nothing else names a dtype. */
-#define C128_DTYPES(X)            \
-  X(f32, F32, 0, 4, float)        \
+#define C128_DTYPES(X)     \
+  X(f32, F32, 0, 4, float) \
   X(bf16, BF16, 14, 2, uint16_t)
 
 /* C128_<NAME> is the public enumerator; C128__DTYPE_<name> lets instance rows name it. The
@@ -252,10 +252,13 @@ typedef enum c128_dtype {
    name. Write rows with C128_ROW, which derives the name from the other columns. */
 #define C128_ROW(X, D, state, input, output) X(h##D##_##state##_##input##_##output, D, state, input, output)
 #ifndef C128_INSTANCES
-#define C128__ROWS_FOR_DIM(X, D)                                                                           \
-  C128_ROW(X, D, f32, f32, f32) C128_ROW(X, D, f32, f32, bf16) C128_ROW(X, D, f32, bf16, f32)             \
-  C128_ROW(X, D, f32, bf16, bf16) C128_ROW(X, D, bf16, f32, f32) C128_ROW(X, D, bf16, f32, bf16)          \
+// clang-format off
+#define C128__ROWS_FOR_DIM(X, D) \
+  C128_ROW(X, D, f32, f32, f32)   C128_ROW(X, D, f32, f32, bf16)   \
+  C128_ROW(X, D, f32, bf16, f32)  C128_ROW(X, D, f32, bf16, bf16)  \
+  C128_ROW(X, D, bf16, f32, f32)  C128_ROW(X, D, bf16, f32, bf16)  \
   C128_ROW(X, D, bf16, bf16, f32) C128_ROW(X, D, bf16, bf16, bf16)
+// clang-format on
 #define C128_INSTANCES(X) C128__ROWS_FOR_DIM(X, 128) C128__ROWS_FOR_DIM(X, 256) C128__ROWS_FOR_DIM(X, 512)
 #endif
 
@@ -264,36 +267,36 @@ typedef enum c128_instance_id {
 #define C128__INSTANCE_ENUM(name, D, state, input, output) C128_INSTANCE_##name,
   C128_INSTANCES(C128__INSTANCE_ENUM)
 #undef C128__INSTANCE_ENUM
-  C128_INSTANCE_COUNT
+      C128_INSTANCE_COUNT
 } c128_instance_id;
 
 /* >>status -------------------------------------------------------------------------------- */
 /* Status codes: explicit values, never renumbered. X(name, value, message). */
-#define C128_STATUS_LIST(X)                                                                       \
-  X(C128_SUCCESS, 0, "success")                                                                   \
-  X(C128_ERROR_NULL_POINTER, 1, "a required pointer is NULL")                                     \
-  X(C128_ERROR_MISALIGNED, 2, "a tensor or plan pointer is not aligned for its vector access")    \
-  X(C128_ERROR_UNSUPPORTED_INSTANCE, 3, "no compiled instance for this (head_dim, dtypes)")       \
-  X(C128_ERROR_INSTANCE_MISMATCH, 4, "typed entry point called with another instance's args")     \
-  X(C128_ERROR_NEGATIVE_SIZE, 5, "a size or count is negative")                                   \
-  X(C128_ERROR_TOO_MANY_ROWS, 6, "more input rows than a plan can address (65536 for prefill)")   \
-  X(C128_ERROR_TOO_MANY_PLANS, 7, "more plans than a launch or the u16 ragged_id allows")         \
-  X(C128_ERROR_OUTPUT_TOO_SMALL, 8, "output_rows is smaller than the number of plans")            \
-  X(C128_ERROR_STATE_TOO_LARGE, 9, "state_pages overflows 64-bit byte offsets")                   \
-  X(C128_ERROR_INVALID_LAYOUT, 10, "shared layout: need size >= 1, 0 <= rank < size, pages >= 0") \
-  X(C128_ERROR_LAUNCH_FAILED, 11, "cudaLaunchKernelEx failed")                                    \
-  X(C128_ERROR_OUT_OF_MEMORY, 12, "a host allocation (planner, checker, race checker) failed")    \
-  X(C128_ERROR_RACE_DETECTED, 13, "host runner checker found a race between threads or blocks")   \
-  X(C128_ERROR_INVALID_RING, 14, "ring_tokens must be a positive multiple of 128")                \
-  X(C128_ERROR_EXTEND_EXCEEDS_SEQ, 15, "a request's extend_len exceeds its seq_len")              \
-  X(C128_ERROR_EMPTY_EXTEND, 16, "a request of a prefill/extend batch has extend_len 0")          \
-  X(C128_ERROR_POOL_INDEX_OUT_OF_RANGE, 17, "a pool index is negative or beyond the page table")  \
-  X(C128_ERROR_PAGE_OUT_OF_RANGE, 18, "a plan would use a page outside the state")                \
-  X(C128_ERROR_TOO_MANY_DRAFTS, 19, "verify batch has more drafts than the ring can persist")     \
-  X(C128_ERROR_CAPACITY_TOO_SMALL, 20, "plan arrays are smaller than the batch needs")            \
-  X(C128_ERROR_INVALID_PLAN, 21, "a plan is invalid (see the checker's message)")                 \
+#define C128_STATUS_LIST(X)                                                                           \
+  X(C128_SUCCESS, 0, "success")                                                                       \
+  X(C128_ERROR_NULL_POINTER, 1, "a required pointer is NULL")                                         \
+  X(C128_ERROR_MISALIGNED, 2, "a tensor or plan pointer is not aligned for its vector access")        \
+  X(C128_ERROR_UNSUPPORTED_INSTANCE, 3, "no compiled instance for this (head_dim, dtypes)")           \
+  X(C128_ERROR_INSTANCE_MISMATCH, 4, "typed entry point called with another instance's args")         \
+  X(C128_ERROR_NEGATIVE_SIZE, 5, "a size or count is negative")                                       \
+  X(C128_ERROR_TOO_MANY_ROWS, 6, "more input rows than a plan can address (65536 for prefill)")       \
+  X(C128_ERROR_TOO_MANY_PLANS, 7, "more plans than a launch or the u16 ragged_id allows")             \
+  X(C128_ERROR_OUTPUT_TOO_SMALL, 8, "output_rows is smaller than the number of plans")                \
+  X(C128_ERROR_STATE_TOO_LARGE, 9, "state_pages overflows 64-bit byte offsets")                       \
+  X(C128_ERROR_INVALID_LAYOUT, 10, "shared layout: need size >= 1, 0 <= rank < size, pages >= 0")     \
+  X(C128_ERROR_LAUNCH_FAILED, 11, "cudaLaunchKernelEx failed")                                        \
+  X(C128_ERROR_OUT_OF_MEMORY, 12, "a host allocation (planner, checker, race checker) failed")        \
+  X(C128_ERROR_RACE_DETECTED, 13, "host runner checker found a race between threads or blocks")       \
+  X(C128_ERROR_INVALID_RING, 14, "ring_tokens must be a positive multiple of 128")                    \
+  X(C128_ERROR_EXTEND_EXCEEDS_SEQ, 15, "a request's extend_len exceeds its seq_len")                  \
+  X(C128_ERROR_EMPTY_EXTEND, 16, "a request of a prefill/extend batch has extend_len 0")              \
+  X(C128_ERROR_POOL_INDEX_OUT_OF_RANGE, 17, "a pool index is negative or beyond the page table")      \
+  X(C128_ERROR_PAGE_OUT_OF_RANGE, 18, "a plan would use a page outside the state")                    \
+  X(C128_ERROR_TOO_MANY_DRAFTS, 19, "verify batch has more drafts than the ring can persist")         \
+  X(C128_ERROR_CAPACITY_TOO_SMALL, 20, "plan arrays are smaller than the batch needs")                \
+  X(C128_ERROR_INVALID_PLAN, 21, "a plan is invalid (see the checker's message)")                     \
   X(C128_ERROR_INVALID_GROUP, 22, "requests_per_block or windows_per_block is negative or too large") \
-  X(C128_ERROR_ALIASED, 23, "two arguments overlap that must not (see ALIASING)")                 \
+  X(C128_ERROR_ALIASED, 23, "two arguments overlap that must not (see ALIASING)")                     \
   X(C128_ERROR_PAGE_SHARED, 24, "two requests of one batch would write the same state page")
 
 typedef enum c128_status {
@@ -354,7 +357,7 @@ C128__CHECK_FIELD(c128_write_plan, write_loc, 4)
 C128__STATIC_ASSERT(sizeof(c128_decode_plan) == 16 && C128__ALIGNOF(c128_decode_plan) == 16, "ABI");
 C128__STATIC_ASSERT(sizeof(c128_compress_plan) == 16 && C128__ALIGNOF(c128_compress_plan) == 16, "ABI");
 C128__STATIC_ASSERT(sizeof(c128_write_plan) == 8 && C128__ALIGNOF(c128_write_plan) == 8, "ABI");
-C128__STATIC_ASSERT(C128_NUM_WARPS * C128_ROWS_PER_WARP == C128_WINDOW, "warps cover the window");
+C128__STATIC_ASSERT(C128_NUM_WARPS *C128_ROWS_PER_WARP == C128_WINDOW, "warps cover the window");
 C128__STATIC_ASSERT(C128_WINDOW <= C128_BLOCK_THREADS, "one thread per window row at most");
 
 #define C128_INVALID_ID 0xFFFFFFFFu
@@ -365,7 +368,7 @@ C128__STATIC_ASSERT(C128_WINDOW <= C128_BLOCK_THREADS, "one thread per window ro
 // clang-format on
 
 /* The three kinds of plan: X(enumerator, value, name). */
-#define C128_PLAN_KINDS(X)              \
+#define C128_PLAN_KINDS(X)             \
   X(C128_PLAN_DECODE, 0, "decode")     \
   X(C128_PLAN_COMPRESS, 1, "compress") \
   X(C128_PLAN_WRITE, 2, "write")
@@ -447,7 +450,7 @@ typedef struct c128_instance_info {
 
 /* How the implementation was compiled. */
 typedef struct c128_build_info {
-  const char *version; /* C128_VERSION_STRING */
+  const char *version;    /* C128_VERSION_STRING */
   int32_t version_number; /* C128_VERSION */
   int32_t math;           /* C128_MATH_FAST or C128_MATH_EXACT */
   int32_t epilogue;       /* C128_EPILOGUE_TWO_WARP or C128_EPILOGUE_LEGACY */
@@ -478,7 +481,7 @@ C128_API c128_status c128_prefill(const c128_prefill_args *args, cudaStream_t st
 C128_API c128_status c128_decode_host(const c128_decode_args *args, const c128_host_options *options);
 C128_API c128_status c128_prefill_host(const c128_prefill_args *args, const c128_host_options *options);
 
-#define C128__DECLARE_TYPED(name, D, state, input, output)                                                     \
+#define C128__DECLARE_TYPED(name, D, state, input, output)                                                      \
   C128_API c128_status c128_decode_##name(const c128_decode_args *args, cudaStream_t stream);                   \
   C128_API c128_status c128_prefill_##name(const c128_prefill_args *args, cudaStream_t stream);                 \
   C128_API c128_status c128_decode_host_##name(const c128_decode_args *args, const c128_host_options *options); \
@@ -612,12 +615,12 @@ C128__STATIC_ASSERT(C128_MAX_DECODE_GROUP <= C128__MAX_GROUP && C128_MAX_PREFILL
                     "one ballot lane per job of a group");
 
 /* Every instance row: a splittable head_dim, and dtypes the table knows. */
-#define C128__CHECK_ROW(name, D, state, input, output)                                           \
-  static_assert((D) % C128_TILE_DIM == 0, #name ": head_dim must be a multiple of 64");          \
+#define C128__CHECK_ROW(name, D, state, input, output)                                              \
+  static_assert((D) % C128_TILE_DIM == 0, #name ": head_dim must be a multiple of 64");             \
   static_assert((D) > 0 && (D) <= C128_MAX_HEAD_DIM, #name ": head_dim in (0, C128_MAX_HEAD_DIM]"); \
-  static_assert(C128_NUM_SPLIT(D) * C128_TILE_DIM == (D), #name ": splits cover head_dim");      \
-  static_assert(sizeof(c128__storage_##state) == c128__dtype_bytes(C128__DTYPE_##state), #name); \
-  static_assert(sizeof(c128__storage_##input) == c128__dtype_bytes(C128__DTYPE_##input), #name); \
+  static_assert(C128_NUM_SPLIT(D) * C128_TILE_DIM == (D), #name ": splits cover head_dim");         \
+  static_assert(sizeof(c128__storage_##state) == c128__dtype_bytes(C128__DTYPE_##state), #name);    \
+  static_assert(sizeof(c128__storage_##input) == c128__dtype_bytes(C128__DTYPE_##input), #name);    \
   static_assert(sizeof(c128__storage_##output) == c128__dtype_bytes(C128__DTYPE_##output), #name);
 
 /* >>numerics ------------------------------------------------------------------------------ */
@@ -696,7 +699,7 @@ C128__FN uint32_t c128__narrow_bf16(float f) {
 C128__FN float c128__widen(int dtype, uint32_t bits) {
   switch (dtype) {
 #define C128__WIDEN_CASE(name, NAME, value, bytes, type) \
-  case value:                                          \
+  case value:                                            \
     return c128__widen_##name(bits);
     C128_DTYPES(C128__WIDEN_CASE)
 #undef C128__WIDEN_CASE
@@ -706,7 +709,7 @@ C128__FN float c128__widen(int dtype, uint32_t bits) {
 C128__FN uint32_t c128__narrow(int dtype, float f) {
   switch (dtype) {
 #define C128__NARROW_CASE(name, NAME, value, bytes, type) \
-  case value:                                           \
+  case value:                                             \
     return c128__narrow_##name(f);
     C128_DTYPES(C128__NARROW_CASE)
 #undef C128__NARROW_CASE
@@ -998,8 +1001,7 @@ C128__FN int c128__compress_prepare(const c128__params *p, int64_t k, int split,
 
 /* Write plan -> (input row, physical state row), or why it does not run. A slot another rank
    owns runs as a no-op: dst_row = -1. */
-C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int guess, int64_t *src_row,
-                                 int64_t *dst_row) {
+C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int guess, int64_t *src_row, int64_t *dst_row) {
   c128_write_plan plan;
   c128__read_plan((const c128_write_plan *)p->plans + index, &plan, sizeof plan, guess);
   if (plan.ragged_id == C128_INVALID_ID) return C128__PADDING;
@@ -1040,8 +1042,7 @@ typedef struct c128__rows {
    comes from the state, the others from the input. A warp whose rows all come from one tensor
    (every warp but at most one) addresses them from one base, and every load is issued before
    any is used. */
-C128__FN void c128__load_window(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                                c128__rows *r) {
+C128__FN void c128__load_window(const c128__params *p, c128__trait t, const c128__window *w, int tid, c128__rows *r) {
   const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
   const int first = warp * C128_ROWS_PER_WARP;
   const int64_t row = C128_ROW_ELEMS(t.head_dim), score = C128_SCORE_OFFSET(t.head_dim);
@@ -1092,13 +1093,14 @@ C128__FN void c128__widen_rows(c128__trait t, const c128__window *w, int first, 
   const int straddles = first < w->buffer_len && first + C128_ROWS_PER_WARP > w->buffer_len;
   const int dtype = t.buf == t.in ? t.buf : straddles ? C128_F32 : first < w->buffer_len ? t.buf : t.in;
   C128__UNROLL
-  for (int k = 0; k < C128_ROWS_PER_WARP; ++k) kv[k] = c128__widen2(dtype, r->kv[k]), score[k] = c128__widen2(dtype, r->score[k]);
+  for (int k = 0; k < C128_ROWS_PER_WARP; ++k)
+    kv[k] = c128__widen2(dtype, r->kv[k]), score[k] = c128__widen2(dtype, r->score[k]);
 }
 
 /* The loaded rows -> the thread's partial (max, sum of exp, exp-weighted kv) per channel, rows
    ascending, into shared memory. */
-C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                             const c128__rows *r, c128__smem *sm) {
+C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__window *w, int tid, const c128__rows *r,
+                             c128__smem *sm) {
   const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
   const int first = warp * C128_ROWS_PER_WARP;
   const int64_t ch = (int64_t)w->split * C128_TILE_DIM + C128_TILE_ELEMS * lane;
@@ -1259,8 +1261,7 @@ C128__FN c128__jobs c128__block_jobs(const c128__params *p, c128__trait t, int64
 
 /* Job k's window, if it compresses in this launch (decode: the request runs and completes a
    window; prefill: the plan runs). */
-C128__FN int c128__job_window(const c128__params *p, int kind, const c128__jobs *j, int k, int guess,
-                              c128__window *w) {
+C128__FN int c128__job_window(const c128__params *p, int kind, const c128__jobs *j, int k, int guess, c128__window *w) {
   if (j->first + k >= j->end) return 0;
   if (kind == C128_PLAN_COMPRESS) return c128__compress_prepare(p, j->first + k, j->split, guess, w) == C128__RUN;
   c128__decode_job job;
@@ -1386,10 +1387,12 @@ C128__FN void c128__write_row(const c128__params *p, c128__trait t, int64_t inde
     c128__raw2 v[C128__WRITE_BATCH];
     C128__UNROLL
     for (int k = 0; k < C128__WRITE_BATCH; ++k)
-      if (k0 + k < pairs) v[k] = c128__fetch2(p, t, src_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
+      if (k0 + k < pairs)
+        v[k] = c128__fetch2(p, t, src_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
     C128__UNROLL
     for (int k = 0; k < C128__WRITE_BATCH; ++k)
-      if (k0 + k < pairs) c128__put2(p, t, v[k], dst_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
+      if (k0 + k < pairs)
+        c128__put2(p, t, v[k], dst_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
   }
 }
 
@@ -1425,8 +1428,9 @@ C128__DEVICE void c128__prefetch_l2(const void *base, int64_t elem, int dtype, i
 C128__DEVICE void c128__prefetch_split(const void *base, int64_t row, int half, int line, c128__trait t, int dtype,
                                        int split) {
   if (line * C128__LINE_BYTES >= C128_TILE_DIM * c128__dtype_bytes(dtype)) return;
-  c128__prefetch_l2(base, row * C128_ROW_ELEMS(t.head_dim) + half * C128_SCORE_OFFSET(t.head_dim) +
-                              (int64_t)split * C128_TILE_DIM, dtype, line);
+  c128__prefetch_l2(
+      base, row * C128_ROW_ELEMS(t.head_dim) + half * C128_SCORE_OFFSET(t.head_dim) + (int64_t)split * C128_TILE_DIM,
+      dtype, line);
 }
 
 /* Warp 0 guesses, from plans read before the wait, what the block will read first and asks L2
@@ -1501,7 +1505,8 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
   if (runs) c128__write_row(p, t, index, lane);
 }
 
-#define C128__TRAIT(D, state, input, output) {D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output}
+#define C128__TRAIT(D, state, input, output) \
+  { D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output }
 #define C128__KERNELS(name, D, state, input, output)                                           \
   static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)             \
       c128__decode_kernel_##name(const c128__params p) {                                       \
@@ -1954,10 +1959,19 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
 C128_INSTANCES(C128__ENTRY_POINTS)
 #undef C128__ENTRY_POINTS
 
-#define C128__INSTANCE_ROW(name, D, state, input, output)                                               \
-  {#name, D, (c128_dtype)C128__DTYPE_##state, (c128_dtype)C128__DTYPE_##input,                          \
-   (c128_dtype)C128__DTYPE_##output, C128_NUM_SPLIT(D), C128_ROW_ELEMS(D), C128_PAGE_ELEMS(D),           \
-   c128_decode_##name, c128_prefill_##name, c128_decode_host_##name, c128_prefill_host_##name},
+#define C128__INSTANCE_ROW(name, D, state, input, output) \
+  {#name,                                                 \
+   D,                                                     \
+   (c128_dtype)C128__DTYPE_##state,                       \
+   (c128_dtype)C128__DTYPE_##input,                       \
+   (c128_dtype)C128__DTYPE_##output,                      \
+   C128_NUM_SPLIT(D),                                     \
+   C128_ROW_ELEMS(D),                                     \
+   C128_PAGE_ELEMS(D),                                    \
+   c128_decode_##name,                                    \
+   c128_prefill_##name,                                   \
+   c128_decode_host_##name,                               \
+   c128_prefill_host_##name},
 static const c128_instance_info c128__instances[] = {C128_INSTANCES(C128__INSTANCE_ROW)};
 #undef C128__INSTANCE_ROW
 static_assert(sizeof c128__instances / sizeof c128__instances[0] == C128_INSTANCE_COUNT, "one row each");
@@ -2068,8 +2082,7 @@ static c128_status c128__report(c128_plan_report *r, c128_plan_kind kind, int64_
 }
 
 /* The trait of the compiled instance the arguments name, as the generic launch finds it. */
-static c128_status c128__instance_trait(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od,
-                                        c128__trait *t) {
+static c128_status c128__instance_trait(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od, c128__trait *t) {
   if (c128_find_instance(head_dim, sd, id, od) < 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
   const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od};
   *t = trait;
@@ -2088,7 +2101,8 @@ static int c128__slot_order(const void *a, const void *b) {
 
 /* The first plan (lowest index) that writes a slot an earlier plan writes: its index, or `limit`
    when none below it does. Frees `uses`. */
-static int64_t c128__first_shared_slot(c128__slot_use *uses, int64_t n, int64_t limit, int64_t *slot, int64_t *earlier) {
+static int64_t c128__first_shared_slot(c128__slot_use *uses, int64_t n, int64_t limit, int64_t *slot,
+                                       int64_t *earlier) {
   qsort(uses, (size_t)n, sizeof *uses, c128__slot_order);
   int64_t first = limit;
   for (int64_t i = 1; i < n; ++i)
@@ -2261,8 +2275,8 @@ C128__FN c128_status c128__request_pages(const c128_ring *r, c128_request q, c12
 
 /* The m-th compress / write plan of a request whose first input row is `rag0`, or the status
    of a page that is no longer valid (a page table changed during the call). */
-C128__FN c128_status c128__compress_plan_of(const c128_ring *r, c128_request q, c128__shape s, int64_t m,
-                                            int64_t rag0, c128_compress_plan *c) {
+C128__FN c128_status c128__compress_plan_of(const c128_ring *r, c128_request q, c128__shape s, int64_t m, int64_t rag0,
+                                            c128_compress_plan *c) {
   const int64_t pos = s.first_event + m * C128_WINDOW, j = pos - s.prefix;
   c->seq_len = (uint32_t)(pos + 1);
   c->ragged_id = (uint16_t)(rag0 + j);
@@ -2417,7 +2431,8 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
        c128__arrays_overlap(plans, 1, sizeof *plans, write, ww, sizeof *write)))
     st = C128_ERROR_ALIASED;
   for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i)
-    if (!c128__absent(q[i]) && !c128__claim_written(&r, q[i], c128__request_shape(&r, q[i]).first_write, claimed, slots, i))
+    if (!c128__absent(q[i]) &&
+        !c128__claim_written(&r, q[i], c128__request_shape(&r, q[i]).first_write, claimed, slots, i))
       st = C128_ERROR_PAGE_SHARED;
   /* Each plan is built whole in a local. A page that no longer checks (the page table changed
      during the call) turns every entry written so far back into a sentinel. */
@@ -2469,8 +2484,8 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
     return C128_ERROR_ALIASED;
   const int64_t slots = c128__page_table_slots(batch);
   c128__scratch scratch;
-  c128_decode_plan *d = (c128_decode_plan *)c128__scratch_get(
-      &scratch, (size_t)batch * sizeof *d + (size_t)slots * sizeof(uint64_t));
+  c128_decode_plan *d =
+      (c128_decode_plan *)c128__scratch_get(&scratch, (size_t)batch * sizeof *d + (size_t)slots * sizeof(uint64_t));
   if (!d) return C128_ERROR_OUT_OF_MEMORY;
   uint64_t *claimed = (uint64_t *)(d + batch);
   for (int64_t b = 0; b < batch && st == C128_SUCCESS; ++b) {
@@ -2511,9 +2526,7 @@ typedef struct c128__plan_chunk {
 C128__FN int64_t *c128__ws_sums(const c128__plan_params *p, int which) {
   return (int64_t *)p->a.workspace + C128__WS_HEADER + which * (p->a.num_requests + 1);
 }
-C128__FN c128_request *c128__ws_requests(const c128__plan_params *p) {
-  return (c128_request *)c128__ws_sums(p, 3);
-}
+C128__FN c128_request *c128__ws_requests(const c128__plan_params *p) { return (c128_request *)c128__ws_sums(p, 3); }
 C128__FN uint64_t *c128__ws_pages(const c128__plan_params *p) {
   const int64_t n = p->a.num_requests;
   return (uint64_t *)c128__ws_sums(p, 3) + (n * (int64_t)sizeof(c128_request) + 7) / 8;
@@ -2521,8 +2534,8 @@ C128__FN uint64_t *c128__ws_pages(const c128__plan_params *p) {
 
 C128_API size_t c128_plan_workspace_size(int64_t num_requests) {
   if (num_requests < 0 || num_requests > INT32_MAX / 2) return 0;
-  const int64_t words = C128__WS_HEADER + 3 * (num_requests + 1) + (num_requests * (int64_t)sizeof(c128_request) + 7) / 8 +
-                        c128__page_table_slots(num_requests);
+  const int64_t words = C128__WS_HEADER + 3 * (num_requests + 1) +
+                        (num_requests * (int64_t)sizeof(c128_request) + 7) / 8 + c128__page_table_slots(num_requests);
   return (size_t)words * sizeof(int64_t);
 }
 
@@ -2709,7 +2722,8 @@ static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, 
 }
 
 /* The refusal also goes to *status (and zero counts) where those pointers are usable. */
-static c128_status c128__plan_refuse(const c128_device_plan_args *a, c128_status st, int on_device, cudaStream_t stream) {
+static c128_status c128__plan_refuse(const c128_device_plan_args *a, c128_status st, int on_device,
+                                     cudaStream_t stream) {
   if (!a || !a->status || c128__misaligned(a->status, sizeof(int32_t))) return st;
   int64_t *counts = a->counts && !c128__misaligned(a->counts, sizeof(int64_t)) &&
                             !c128__overlap(a->counts, 2 * sizeof(int64_t), a->status, sizeof(int32_t))

@@ -90,7 +90,7 @@ static int bench_gpu; /* buffers live on the device (else host memory, for --cpu
 static cudaStream_t bench_stream;
 static cudaEvent_t bench_events[BENCH_MAX_SAMPLES + 1];
 static FILE *bench_csv;
-static char bench_meta[512]; /* gpu,driver,nvcc,cuda,commit prefix of every CSV row */
+static char bench_meta[512];                    /* gpu,driver,nvcc,cuda,commit prefix of every CSV row */
 static double bench_copy_gbps, bench_read_gbps; /* the two ceilings, measured at the start */
 
 /* ---- memory that is device memory in a GPU run and host memory in --cpu-check ---------- */
@@ -605,10 +605,10 @@ static void bench_row(const char *name, const char *state, int64_t size, const c
   const double gbps = bytes > 0 ? bytes / (s->median * 1e-6) / 1e9 : 0.0;
   const double pct = bench_copy_gbps > 0 ? 100.0 * gbps / bench_copy_gbps : 0.0;
   const double pct_read = bench_read_gbps > 0 ? 100.0 * gbps / bench_read_gbps : 0.0;
-  fprintf(bench_csv, "%s,%s,%s,%lld,%s,%s,%d,%lld,%d,%.3f,%.3f,%.3f,%.0f,%.1f,%.1f,%.3f,%lld,%.1f,%s,%.1f\n", bench_meta,
-          name, state, (long long)size, variant, bench_mode_names[mode], pdl, (long long)s->reps, s->samples, s->median,
-          s->p10, s->p90, bytes, gbps, pct, empty_us, (long long)nsets, footprint / 1048576.0, check ? check : "",
-          pct_read);
+  fprintf(bench_csv, "%s,%s,%s,%lld,%s,%s,%d,%lld,%d,%.3f,%.3f,%.3f,%.0f,%.1f,%.1f,%.3f,%lld,%.1f,%s,%.1f\n",
+          bench_meta, name, state, (long long)size, variant, bench_mode_names[mode], pdl, (long long)s->reps,
+          s->samples, s->median, s->p10, s->p90, bytes, gbps, pct, empty_us, (long long)nsets, footprint / 1048576.0,
+          check ? check : "", pct_read);
   fflush(bench_csv);
 }
 
@@ -994,8 +994,9 @@ int main(int argc, char **argv) {
     perror(bench_opt.csv_path);
     return 1;
   }
-  fprintf(bench_csv, "gpu,driver,nvcc,cuda_driver/runtime,commit,case,state,size,variant,mode,pdl,units_per_sample,"
-                     "samples,median_us,p10_us,p90_us,bytes,gbps,pct_copy,empty_us,nsets,footprint_mib,check,pct_read\n");
+  fprintf(bench_csv,
+          "gpu,driver,nvcc,cuda_driver/runtime,commit,case,state,size,variant,mode,pdl,units_per_sample,"
+          "samples,median_us,p10_us,p90_us,bytes,gbps,pct_copy,empty_us,nsets,footprint_mib,check,pct_read\n");
 
   bench_measure_copy("start");
   bench_measure_read("start");

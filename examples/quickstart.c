@@ -107,9 +107,9 @@ int main(int argc, char **argv) {
     req[i].pool_index = pool_index[i], req[i].seq_len = prompt[i], req[i].extend_len = prompt[i];
     for (int p = 0; p < prompt[i]; ++p) make_token(i, p, h_input + (size_t)rows++ * ROW);
   }
-  c128_prefill_plans plans = {0};
-  plans.compress = compress, plans.write = write, plans.capacity = rows;
-  CHECK(c128_plan_prefill(&ring, req, NUM_REQ, 0, &plans));
+  c128_prefill_plans batch_plans = {0};
+  batch_plans.compress = compress, batch_plans.write = write, batch_plans.capacity = rows;
+  CHECK(c128_plan_prefill(&ring, req, NUM_REQ, 0, &batch_plans));
 
   c128_prefill_args a = {0};
   a.head_dim = HEAD_DIM;
@@ -120,14 +120,15 @@ int main(int argc, char **argv) {
   a.input_rows = rows;
   a.ape = upload(dev.ape, h_ape, sizeof h_ape);
   a.output = use_gpu ? dev.output : h_output;
-  a.output_rows = plans.capacity;
-  a.compress_plans = upload(dev.plans_a, compress, (size_t)plans.num_compress * sizeof *compress);
-  a.num_compress = plans.num_compress;
-  a.write_plans = upload(dev.plans_b, write, (size_t)plans.num_write * sizeof *write);
-  a.num_write = plans.num_write;
+  a.output_rows = batch_plans.capacity;
+  a.compress_plans = upload(dev.plans_a, compress, (size_t)batch_plans.num_compress * sizeof *compress);
+  a.num_compress = batch_plans.num_compress;
+  a.write_plans = upload(dev.plans_b, write, (size_t)batch_plans.num_write * sizeof *write);
+  a.num_write = batch_plans.num_write;
   CHECK(use_gpu ? c128_prefill(&a, 0) : c128_prefill_host(&a, NULL));
   if (use_gpu)
-    CUDA(cudaMemcpy(h_output, dev.output, (size_t)plans.num_compress * HEAD_DIM * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA(cudaMemcpy(h_output, dev.output, (size_t)batch_plans.num_compress * HEAD_DIM * sizeof(float),
+                    cudaMemcpyDeviceToHost));
 
   /* Which request and window each compress plan belongs to: plans are in (request, position) order. */
   double worst = 0.0, prefill_worst;
@@ -138,7 +139,7 @@ int main(int argc, char **argv) {
     }
   printf("path: %s\n", use_gpu ? "GPU (CUDA kernels)" : "CPU (host runner)");
   printf("prefill: %d requests, %d tokens -> %lld windows compressed, %lld rows persisted, max rel err %.2e\n", NUM_REQ,
-         rows, (long long)plans.num_compress, (long long)plans.num_write, worst);
+         rows, (long long)batch_plans.num_compress, (long long)batch_plans.num_write, worst);
 
   /* 2. Decode: one token per request per step until every request completed one more window. */
   int seq[NUM_REQ], steps = 0, emitted = 0;
@@ -160,11 +161,11 @@ int main(int argc, char **argv) {
     c128_decode_args d = {0}; /* zero: unsharded state, no PDL, automatic grouping */
     d.head_dim = HEAD_DIM;
     d.state_dtype = C128_F32, d.input_dtype = C128_F32, d.output_dtype = C128_F32;
-    d.state = state, d.state_pages = pages;   /* [pages, 128, 2 * HEAD_DIM] */
-    d.input = input, d.batch = NUM_REQ;       /* row b: request b's new token */
-    d.ape = ape;                              /* [128, HEAD_DIM], f32 */
+    d.state = state, d.state_pages = pages;     /* [pages, 128, 2 * HEAD_DIM] */
+    d.input = input, d.batch = NUM_REQ;         /* row b: request b's new token */
+    d.ape = ape;                                /* [128, HEAD_DIM], f32 */
     d.output = output, d.output_rows = NUM_REQ; /* row b written when request b completes a window */
-    d.plans = plans;                          /* from c128_plan_decode */
+    d.plans = plans;                            /* from c128_plan_decode */
     CHECK(use_gpu ? c128_decode(&d, stream) : c128_decode_host(&d, NULL));
     if (use_gpu) CUDA(cudaMemcpy(h_output, dev.output, NUM_REQ * HEAD_DIM * sizeof(float), cudaMemcpyDeviceToHost));
     done = 1;

@@ -104,8 +104,8 @@ static void nonfinite_case(backend be) {
       for (int i = 0; i < KINDS * ND; ++i)
         cr_assert(same_or_both_nan(out[i], cpu[i]), "element %d: GPU %g, CPU %g", i, out[i], cpu[i]);
     else /* the planted infinities are kv values only in INF_KV, where they propagate exactly */
-      check_gpu_output(out, cpu, KINDS, C128_F32, ND, max_abs_kv(input, KINDS * 128, ND, C128_F32), "non-finite windows",
-                       r.seed);
+      check_gpu_output(out, cpu, KINDS, C128_F32, ND, max_abs_kv(input, KINDS * 128, ND, C128_F32),
+                       "non-finite windows", r.seed);
     free(cpu);
   }
   free(input), free(ape), free(state), free(out);

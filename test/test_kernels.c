@@ -108,7 +108,8 @@ static void decode_case(const instance_entry *e, backend be, float score_scale, 
     a.output = clone_bytes(out0, DECODE_BATCH * z.out_row);
     cr_assert_eq(run_decode(e, BACKEND_CPU, &a, 0), C128_SUCCESS);
     check_rows_equal(state, a.state, state_rows, z.state_row, "GPU vs CPU state", r.seed);
-    const double kv = fmax(max_abs_kv(state0, state_rows, D, f->state_dtype), max_abs_kv(input, DECODE_BATCH, D, f->input_dtype));
+    const double kv =
+        fmax(max_abs_kv(state0, state_rows, D, f->state_dtype), max_abs_kv(input, DECODE_BATCH, D, f->input_dtype));
     check_gpu_output(out, a.output, DECODE_BATCH, f->output_dtype, D, kv, "GPU vs CPU output", r.seed);
     free(a.state);
     free(a.output);
@@ -214,7 +215,8 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
     a.output = clone_bytes(out0, NUM_COMPRESS * z.out_row);
     cr_assert_eq(run_prefill(e, BACKEND_CPU, &a, 0), C128_SUCCESS);
     check_rows_equal(state, a.state, state_rows, z.state_row, "GPU vs CPU state", r.seed);
-    const double kv = fmax(max_abs_kv(state0, state_rows, D, f->state_dtype), max_abs_kv(input, (size_t)rows, D, f->input_dtype));
+    const double kv =
+        fmax(max_abs_kv(state0, state_rows, D, f->state_dtype), max_abs_kv(input, (size_t)rows, D, f->input_dtype));
     check_gpu_output(out, a.output, NUM_COMPRESS, f->output_dtype, D, kv, "GPU vs CPU output", r.seed);
     free(a.state);
     free(a.output);
@@ -223,26 +225,26 @@ static void prefill_case(const instance_entry *e, backend be, float score_scale,
 }
 
 /* randn scores, then scores of magnitude ~60 (max subtraction), blocks reversed the second time */
-#define KERNEL_TESTS(name, D, state, input, output)                                           \
-  Test(cpu, name##_decode) {                                                                  \
-    decode_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 1.0f, 0, 0);                                      \
-    decode_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 60.0f, 1, 4);                                     \
-    decode_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 1.0f, 0, 32);                                     \
-  }                                                                                           \
-  Test(cpu, name##_prefill) {                                                                 \
-    prefill_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 1.0f, 0, 0);                                     \
-    prefill_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 60.0f, 1, 4);                                    \
-    prefill_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 1.0f, 0, 32);                                    \
-  }                                                                                           \
-  Test(gpu, name##_decode) {                                                                  \
-    decode_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 1.0f, 0, 0);                                      \
-    decode_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 60.0f, 0, 4);                                     \
-    decode_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 1.0f, 0, 32);                                     \
-  }                                                                                           \
-  Test(gpu, name##_prefill) {                                                                 \
-    prefill_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 1.0f, 0, 0);                                     \
-    prefill_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 60.0f, 0, 4);                                    \
-    prefill_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 1.0f, 0, 32);                                    \
+#define KERNEL_TESTS(name, D, state, input, output)                         \
+  Test(cpu, name##_decode) {                                                \
+    decode_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 1.0f, 0, 0);   \
+    decode_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 60.0f, 1, 4);  \
+    decode_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 1.0f, 0, 32);  \
+  }                                                                         \
+  Test(cpu, name##_prefill) {                                               \
+    prefill_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 1.0f, 0, 0);  \
+    prefill_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 60.0f, 1, 4); \
+    prefill_case(instance(C128_INSTANCE_##name), BACKEND_CPU, 1.0f, 0, 32); \
+  }                                                                         \
+  Test(gpu, name##_decode) {                                                \
+    decode_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 1.0f, 0, 0);   \
+    decode_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 60.0f, 0, 4);  \
+    decode_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 1.0f, 0, 32);  \
+  }                                                                         \
+  Test(gpu, name##_prefill) {                                               \
+    prefill_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 1.0f, 0, 0);  \
+    prefill_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 60.0f, 0, 4); \
+    prefill_case(instance(C128_INSTANCE_##name), BACKEND_GPU, 1.0f, 0, 32); \
   }
 C128_INSTANCES(KERNEL_TESTS)
 
@@ -280,7 +282,8 @@ static void decode_groups_agree(const instance_entry *e, backend be) {
     a.output = clone_bytes(out0, WIDE_BATCH * z.out_row);
     cr_assert_eq(run_decode(e, BACKEND_CPU, &a, 0), C128_SUCCESS);
     check_rows_equal(a.state, state, state_rows, z.state_row, "state, GPU vs host", r.seed);
-    const double kv = fmax(max_abs_kv(state0, state_rows, D, f->state_dtype), max_abs_kv(input, WIDE_BATCH, D, f->input_dtype));
+    const double kv =
+        fmax(max_abs_kv(state0, state_rows, D, f->state_dtype), max_abs_kv(input, WIDE_BATCH, D, f->input_dtype));
     check_gpu_output(out, a.output, WIDE_BATCH, f->output_dtype, D, kv, "output, GPU vs host", r.seed);
     free((void *)a.state), free(a.output);
   }
