@@ -2395,7 +2395,8 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
   c128_status st = c128__check_ring(&r);
   if (st != C128_SUCCESS) return st;
   if (num_requests > 0 && !requests) return C128_ERROR_NULL_POINTER;
-  const int64_t capacity = plans->capacity;
+  const int64_t capacity = plans->capacity; /* read once: the struct is caller memory too */
+  const int32_t pad = plans->pad_to_capacity;
   c128_compress_plan *compress = plans->compress;
   c128_write_plan *write = plans->write;
   if (num_requests < 0 || capacity < 0) return C128_ERROR_NEGATIVE_SIZE;
@@ -2421,7 +2422,7 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
   }
   if (st == C128_SUCCESS && (nc > capacity || nw > capacity)) st = C128_ERROR_CAPACITY_TOO_SMALL;
   /* The entries this call writes (all of them when padding) overlap nothing it reads, nor each other. */
-  const int64_t wc = plans->pad_to_capacity ? capacity : nc, ww = plans->pad_to_capacity ? capacity : nw;
+  const int64_t wc = pad ? capacity : nc, ww = pad ? capacity : nw;
   if (st == C128_SUCCESS &&
       (c128__arrays_overlap(requests, num_requests, sizeof *requests, compress, wc, sizeof *compress) ||
        c128__arrays_overlap(requests, num_requests, sizeof *requests, write, ww, sizeof *write) ||
@@ -2461,7 +2462,7 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
   }
   plans->num_compress = nc;
   plans->num_write = nw;
-  if (plans->pad_to_capacity) {
+  if (pad) {
     for (int64_t k = nc; k < capacity; ++k) compress[k] = no_compress;
     for (int64_t k = nw; k < capacity; ++k) write[k] = no_write;
   }

@@ -127,12 +127,12 @@ static int64_t step_now;
 static unsigned watchdog_s;
 
 __attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...) {
+  char what[512];
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "soak: MISMATCH at step %lld: ", (long long)step_now);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
+  vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
+  fprintf(stderr, "soak: MISMATCH at step %lld: %s\n", (long long)step_now, what);
   if (++S.mismatches >= 20) {
     fprintf(stderr, "soak: too many mismatches, stopping\n");
     exit(1);

@@ -273,7 +273,7 @@ double max_abs_kv(const void *base, size_t rows, int head_dim, c128_dtype dtype)
   double m = 0.0;
   for (size_t r = 0; r < rows; ++r)
     for (int c = 0; c < head_dim; ++c) {
-      const double v = fabs(elem_get(base, r * 2 * (size_t)head_dim + (size_t)c, dtype));
+      const double v = fabs((double)elem_get(base, r * 2 * (size_t)head_dim + (size_t)c, dtype));
       if (v > m) m = v;
     }
   return m;
