@@ -213,7 +213,15 @@
 #define C128_BLOCKS_PER_SM 2 /* launch bounds of the compress and decode kernels */
 #define C128_WRITE_WARPS 4
 #define C128_WRITE_BLOCK_THREADS (C128_WRITE_WARPS * C128_WARP_THREADS)
+/* Write-kernel blocks per SM: 16, or as many as the target's resident threads allow (ptxas
+   ignores, with a warning, a minimum it cannot meet: sm_75 holds 1024 threads, sm_86/87/89/120 1536). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
+#define C128_WRITE_BLOCKS_PER_SM (1024 / C128_WRITE_BLOCK_THREADS)
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+#define C128_WRITE_BLOCKS_PER_SM (1536 / C128_WRITE_BLOCK_THREADS)
+#else
 #define C128_WRITE_BLOCKS_PER_SM 16
+#endif
 #define C128_TILE_DIM (C128_TILE_ELEMS * C128_WARP_THREADS) /* channels per block */
 #define C128_MAX_PREFILL_ROWS 65536                         /* ragged_id is a u16 */
 #define C128_MAX_DECODE_GROUP C128_WARP_THREADS             /* requests per decode block: one ballot lane each */
@@ -600,6 +608,9 @@ C128_API c128_status c128_plan_decode_device_host(const c128_device_plan_args *a
 #include <cuda_runtime.h>
 
 #define C128__FN static __host__ __device__ __forceinline__
+/* For what one build mode or one compilation pass leaves unreferenced (nvcc warns #177-D when the
+   header itself is the file compiled). */
+#define C128__MAYBE_UNUSED __attribute__((unused))
 #define C128__DEVICE static __device__ __forceinline__
 #define C128__ALL_LANES 0xFFFFFFFFu
 #ifdef __CUDA_ARCH__
@@ -732,7 +743,7 @@ C128__FN float c128__max_nan(float x, float lo) {
    pass), within 1.05 ulp (checked against double over every float in [-88, 0]), from fma and
    exact operations only, so that the host runner and the GPU get the same bits. Branch-free.
    Results below 2^-126 may flush to 0; exp(-inf) = 0, exp(NaN) is a NaN. */
-C128__FN float c128__exp_exact(float x) {
+C128__FN C128__MAYBE_UNUSED float c128__exp_exact(float x) {
   const float round_magic = 12582912.0f;                       /* 1.5 * 2^23: adding it rounds to an integer */
   const float xc = c128__max_nan(x, -88.0f);                   /* keeps 2^n normal or 0; NaN flows through */
   const float t = fmaf(xc, 1.44269504088896341f, round_magic); /* n = round(x / ln 2) in the low bits */
@@ -786,7 +797,7 @@ typedef struct c128__params {
   c128__checker *checker;
 } c128__params;
 
-static void c128__track(c128__checker *checker, const void *addr, int count, int elem_size, int is_write,
+static C128__MAYBE_UNUSED void c128__track(c128__checker *checker, const void *addr, int count, int elem_size, int is_write,
                         const uint32_t *bits);
 
 /* Two consecutive elements at base[i] (i even) as raw storage bits, as one vector access moves
@@ -1189,7 +1200,7 @@ C128__FN float c128__butterfly16(float own, const float *lanes, int is_max, int 
 
 /* Legacy epilogue: all 512 threads in 2 passes; each half-warp owns one channel, its 16 lanes
    hold the 16 warps' partials; every lane stores the result. */
-C128__FN void c128__fold_legacy(const c128__params *p, c128__trait t, const c128__window *w, int tid,
+C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__trait t, const c128__window *w, int tid,
                                 const c128__smem *sm) {
   const int src = tid % C128__HALF_WARP, half = tid / C128__HALF_WARP;
   const int halves = C128_BLOCK_THREADS / C128__HALF_WARP;
@@ -1613,7 +1624,7 @@ static void c128__race(c128__checker *c, const char *what, int region, size_t el
 
 /* One access of `count` elements of `elem_size` bytes at addr; bits[i] are the elements' storage
    bits. Only the state and output are tracked; an element is indexed in its region's own dtype. */
-static void c128__track(c128__checker *c, const void *addr, int count, int elem_size, int is_write,
+static C128__MAYBE_UNUSED void c128__track(c128__checker *c, const void *addr, int count, int elem_size, int is_write,
                         const uint32_t *bits) {
   const char *a = (const char *)addr;
   for (int region = 0; region < C128__REGIONS; ++region) {
