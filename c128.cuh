@@ -87,7 +87,9 @@
      Plan contents live on the device and are checked there: a plan that names pages, rows or
      outputs outside the buffers is skipped, so no plan bytes can make a kernel touch memory
      outside the state, input, output and plan arrays. The plan checkers accept exactly the
-     arguments the launches accept.
+     arguments the launches accept. A call with nothing to do (decode batch 0, prefill with no
+     plans) succeeds once its sizes, dtypes and layout pass, without looking at its tensors:
+     NULL, misaligned or overlapping pointers are refused only where there is work.
 
    BUFFERS
      Contiguous, row-major. Alignment: state and input at two elements of their dtype (a pair is
@@ -217,7 +219,8 @@
    ignores, with a warning, a minimum it cannot meet: sm_75 holds 1024 threads, sm_86/87/89/120 1536). */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
 #define C128_WRITE_BLOCKS_PER_SM (1024 / C128_WRITE_BLOCK_THREADS)
-#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+#elif defined(__CUDA_ARCH__) && \
+    (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
 #define C128_WRITE_BLOCKS_PER_SM (1536 / C128_WRITE_BLOCK_THREADS)
 #else
 #define C128_WRITE_BLOCKS_PER_SM 16
@@ -797,8 +800,8 @@ typedef struct c128__params {
   c128__checker *checker;
 } c128__params;
 
-static C128__MAYBE_UNUSED void c128__track(c128__checker *checker, const void *addr, int count, int elem_size, int is_write,
-                        const uint32_t *bits);
+static C128__MAYBE_UNUSED void c128__track(c128__checker *checker, const void *addr, int count, int elem_size,
+                                           int is_write, const uint32_t *bits);
 
 /* Two consecutive elements at base[i] (i even) as raw storage bits, as one vector access moves
    them: 4-byte elements one a word, narrower ones packed into `lo` (element 0 in the low bits).
@@ -1201,7 +1204,7 @@ C128__FN float c128__butterfly16(float own, const float *lanes, int is_max, int 
 /* Legacy epilogue: all 512 threads in 2 passes; each half-warp owns one channel, its 16 lanes
    hold the 16 warps' partials; every lane stores the result. */
 C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                                const c128__smem *sm) {
+                                                   const c128__smem *sm) {
   const int src = tid % C128__HALF_WARP, half = tid / C128__HALF_WARP;
   const int halves = C128_BLOCK_THREADS / C128__HALF_WARP;
   float lanes_m[C128__HALF_WARP], lanes_s[C128__HALF_WARP], lanes_p[C128__HALF_WARP]; /* host replay only */
@@ -1625,7 +1628,7 @@ static void c128__race(c128__checker *c, const char *what, int region, size_t el
 /* One access of `count` elements of `elem_size` bytes at addr; bits[i] are the elements' storage
    bits. Only the state and output are tracked; an element is indexed in its region's own dtype. */
 static C128__MAYBE_UNUSED void c128__track(c128__checker *c, const void *addr, int count, int elem_size, int is_write,
-                        const uint32_t *bits) {
+                                           const uint32_t *bits) {
   const char *a = (const char *)addr;
   for (int region = 0; region < C128__REGIONS; ++region) {
     if (!c->base[region] || a < c->base[region] || a >= c->base[region] + c->bytes[region]) continue;

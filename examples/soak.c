@@ -3,7 +3,7 @@
    The workload is serve's: `live` requests on a speculative request ring (R = 256, pool row =
    slot), chunked prefill, decode and speculative verify steps with random acceptance and
    rollback, requests that leave and are replaced; every compressed window of a clean step is
-   checked against the fp64 oracle over the request's committed tokens (test/reference.h).
+   checked against the fp64 oracle over the request's committed tokens (ref/reference.h).
 
    In a given fraction of steps one fault is injected before a call:
    - plan bytes: fields of 1..3 random plans of the batch made invalid (a page outside the
@@ -43,7 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../test/reference.h"
+#include "../ref/reference.h"
 #include "c128.cuh"
 
 enum { W = C128_WINDOW, RING = 256, MAX_DRAFTS = RING - W + 2, MAX_LIVE = 32, MAX_ROWS = MAX_LIVE * MAX_DRAFTS };
@@ -265,19 +265,14 @@ static void check_effects(const float *state, const float *snap, const int64_t *
 static void check_window(const request *q, const float *out) {
   const int D = S.D;
   const float *rows[W];
-  double ref[1024], err2 = 0.0, ref2 = 0.0, max_abs = 0.0;
+  double ref[1024], max_abs;
   for (int j = 0; j < W; ++j) rows[j] = q->window + (size_t)j * 2 * (size_t)D;
   ref_window(D, rows, S.ape, ref);
-  for (int c = 0; c < D; ++c) {
-    const double d = fabs((double)out[c] - ref[c]);
-    err2 += d * d, ref2 += ref[c] * ref[c];
-    if (!(d <= max_abs)) max_abs = d;
-  }
-  const double rel = sqrt(err2 / ref2);
+  const double rel = ref_rel_l2(D, out, ref, &max_abs);
   if (!(rel <= S.max_rel)) S.max_rel = rel;
   if (!(max_abs <= S.max_abs)) S.max_abs = max_abs;
-  EXPECT(rel <= 1e-5 && max_abs <= 1e-4, "window: relative L2 %.3g, max abs %.3g against the fp64 oracle", rel,
-         max_abs);
+  EXPECT(rel <= REF_TOL_REL_L2 && max_abs <= REF_TOL_MAX_ABS,
+         "window: relative L2 %.3g, max abs %.3g against the fp64 oracle", rel, max_abs);
   S.windows++;
 }
 static void commit(int i, int64_t base, int count, const int64_t *ends, int64_t nends) {

@@ -33,10 +33,6 @@ static int32_t rd_head_dim(fz_reader *r) {
     d += rd_below(r, 64);
   }
   d = (int32_t)(uint32_t)(uint64_t)d;
-#if FZ_AVOID_KNOWN_BUG_1
-  /* Known bug 1 (crashes/bug1-checker-head-dim-overflow.md): steer clear of it. */
-  if (d >= (1 << 23)) d %= 1 << 23;
-#endif
   return (int32_t)d;
 }
 /* A dtype as the int a C caller may pass. Stored into the argument struct with memcpy: in the
@@ -44,9 +40,6 @@ static int32_t rd_head_dim(fz_reader *r) {
 static int32_t rd_dtype(fz_reader *r) {
   const int sel = rd_below(r, 8);
   int32_t v = sel < 3 ? C128_F32 : sel < 6 ? C128_BF16 : (int32_t)rd_u32(r);
-#if FZ_AVOID_KNOWN_BUG_2
-  if (v < 0 || v > 15) v &= 15; /* known bug 2 (crashes/bug2-enum-out-of-range.md) */
-#endif
   return v;
 }
 static void fz_put_dtype(c128_dtype *dst, int32_t v) { memcpy(dst, &v, sizeof v); }
@@ -285,10 +278,7 @@ static void fz_mode_checker(fz_reader *r) {
     FZ_CHECK(5, fz_bits(w) == (fbits & 0xFFFFu) << 16, "bf16 0x%04x widens to 0x%08x", fbits & 0xFFFFu, fz_bits(w));
   }
   { /* c128_status_string on any value a C caller may hold; the public helpers on any sizes */
-    int32_t v = (int32_t)rd_u32(r);
-#if FZ_AVOID_KNOWN_BUG_2
-    v &= 31;
-#endif
+    const int32_t v = (int32_t)rd_u32(r);
     c128_status any;
     memcpy(&any, &v, sizeof v);
     const char *text = c128_status_string(any);

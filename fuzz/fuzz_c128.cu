@@ -28,10 +28,8 @@
 #include <string.h>
 
 extern "C" {
-#include "../test/reference.h"
+#include "../ref/reference.h"
 }
-
-#include "known_bugs.h"
 
 #include "common.h"
 

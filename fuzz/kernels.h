@@ -461,7 +461,6 @@ static void fz_mode_prefill(fz_reader *r) {
   const int corrupt = rd_corruption(r);
   fz_rng g = {rd_u64(r)};
   int style = rd_below(r, 3);
-  if (FZ_AVOID_KNOWN_BUG_3 && style == 2) style = 0; /* no NaNs for the legacy epilogue (known bug 3) */
   const int64_t span = fz_page_span(P, lay);
   c128_compress_plan *cp = (c128_compress_plan *)fz_alloc((size_t)NC * sizeof *cp);
   c128_write_plan *wp = (c128_write_plan *)fz_alloc((size_t)NW * sizeof *wp);
@@ -541,7 +540,7 @@ static void fz_mode_prefill(fz_reader *r) {
     e.work |= FZ_BIT(C128_ERROR_NULL_POINTER);
   if (fz_misaligned(a.compress_plans, 16) || fz_misaligned(a.write_plans, 8)) e.work |= FZ_BIT(C128_ERROR_MISALIGNED);
   fz_expect_pointers(&e, I, a.state, a.input, a.ape, a.output, a.num_compress > 0); /* outputs it writes */
-  if (aliased) e.work |= FZ_BIT(C128_ERROR_ALIASED), e.has_work = 1;
+  if (aliased) e.work |= FZ_BIT(C128_ERROR_ALIASED); /* a tensor error: only where there is work */
 
   fz_options opt = fz_make_options(flags);
   const c128_status st = typed ? I->prefill_host(&a, opt.ptr) : c128_prefill_host(&a, opt.ptr);
@@ -736,7 +735,6 @@ static void fz_mode_decode(fz_reader *r) {
   const int corrupt = rd_corruption(r);
   fz_rng g = {rd_u64(r)};
   int style = rd_below(r, 3);
-  if (FZ_AVOID_KNOWN_BUG_3 && style == 2) style = 0;
   /* requests_per_block: mostly automatic, else 1..max, now and then out of range */
   const int gsel = rd_u8(r);
   const int32_t group = gsel < 128    ? 0
@@ -825,7 +823,7 @@ static void fz_mode_decode(fz_reader *r) {
   if (!a.plans) e.work |= FZ_BIT(C128_ERROR_NULL_POINTER);
   if (fz_misaligned(a.plans, 16)) e.work |= FZ_BIT(C128_ERROR_MISALIGNED);
   fz_expect_pointers(&e, I, a.state, a.input, a.ape, a.output, 1);
-  if (aliased) e.work |= FZ_BIT(C128_ERROR_ALIASED), e.has_work = 1;
+  if (aliased) e.work |= FZ_BIT(C128_ERROR_ALIASED);
   if (a.batch != B) e.has_work = 1; /* a bigger batch than the buffers: must be refused */
 
   fz_options opt = fz_make_options(flags);

@@ -333,14 +333,6 @@ static void fz_mode_planner(fz_reader *r) {
     }
     ring.page_table = table;
   }
-#if FZ_AVOID_KNOWN_BUG_6
-  /* Known bug 6: a row naming one page for two ring chunks; make such an entry unallocated. */
-  for (int64_t row = 0; table && row < ring.num_pool; ++row)
-    for (int64_t k = 1; k < ring.page_table_stride && k < chunks; ++k)
-      for (int64_t j = 0; j < k; ++j)
-        if (table[row * ring.page_table_stride + k] == table[row * ring.page_table_stride + j])
-          table[row * ring.page_table_stride + k] = -1;
-#endif
   const int verify = rd_below(r, 2);
   const int64_t n = rd_u8(r) < 224 ? rd_below(r, 9) : rd_below16(r, 601);
   c128_request *q = (c128_request *)fz_alloc(sizeof *q * (size_t)n + 1);
@@ -365,8 +357,7 @@ static void fz_mode_planner(fz_reader *r) {
     const int64_t i = rd_below16(r, (int)n), j = (i + 1 + rd_below16(r, (int)n - 1)) % n;
     if (table && entries >= 2 && rd_below(r, 2)) {
       const int64_t to = rd_below16(r, (int)entries), from = rd_below16(r, (int)entries);
-      if (!FZ_AVOID_KNOWN_BUG_6 || to / ring.page_table_stride != from / ring.page_table_stride)
-        table[to] = table[from];
+      table[to] = table[from];
     } else {
       q[j].pool_index = q[i].pool_index;
     }
@@ -481,7 +472,7 @@ static void fz_mode_planner(fz_reader *r) {
     else if (xsel == 13)
       FZ_CHECK(6, memcmp(arena, arena0, arena_bytes) == 0, "host planner refused (%s) a scribbled batch but wrote",
                c128_status_string(hst));
-    else if (!FZ_AVOID_KNOWN_BUG_5) { /* a changed page table may leave plans, but whole ones */
+    else { /* a changed page table may leave plans, but whole ones */
       for (int64_t k = 0; k < cap; ++k)
         if (memcmp(&hc[k], arena0 + ((char *)&hc[k] - arena), sizeof hc[k]) != 0 && hc[k].seq_len != C128_INVALID_ID)
           FZ_CHECK(6,
@@ -687,12 +678,7 @@ static void fz_mode_planner(fz_reader *r) {
     if (want_dev != C128_SUCCESS) {
       FZ_CHECK(4, bst == want_dev, "device planner with bad arguments (%d, alias %d/%d): %s, expected %s", corrupt,
                alias_dev, xkind, c128_status_string(bst), c128_status_string(want_dev));
-#if FZ_AVOID_KNOWN_BUG_4
-      const int bug4 = status_usable && counts_usable && fz_overlap(b.status, 4, b.counts, 16);
-#else
-      const int bug4 = 0;
-#endif
-      if (status_usable && !bug4)
+      if (status_usable)
         FZ_CHECK(4, *b.status == (int32_t)bst, "device planner refused its arguments (%s) but *status is %d",
                  c128_status_string(bst), *b.status);
       /* Nothing else written: the arena is as it was but for status and counts. */
@@ -703,7 +689,7 @@ static void fz_mode_planner(fz_reader *r) {
         FZ_CHECK(4, dev[k] == dev0[k], "device planner refused its arguments (%s) but wrote byte %zu of its arena",
                  c128_status_string(bst), k);
       }
-      if (status_usable && counts_usable && !bug4 && !fz_overlap(b.status, 4, b.counts, 16))
+      if (status_usable && counts_usable && !fz_overlap(b.status, 4, b.counts, 16))
         FZ_CHECK(4, b.counts[0] == 0 && b.counts[1] == 0, "device planner refused its arguments but counts %lld/%lld",
                  (long long)b.counts[0], (long long)b.counts[1]);
     }

@@ -10,9 +10,8 @@
 #                                      build-fuzz/corpus); crashes go to build-fuzz/artifacts/;
 #                                      prints "executions: N" at the end
 #   fuzz/run.sh repro [FILE...]        run each input once (reproduce mode; no mutation), by default
-#                                      the corpus; C128_FUZZ_VERBOSE=1 prints what each decodes to
-#   fuzz/run.sh repro-known            build with the known-bug guards off and run fuzz/crashes/*.bin
-#                                      (each should still fail while its bug is open)
+#                                      the corpus and the reproducers of fixed bugs (crashes/*.bin);
+#                                      C128_FUZZ_VERBOSE=1 prints what each decodes to
 #   fuzz/run.sh corpus                 regenerate fuzz/corpus with fuzz/make_corpus.py
 #   fuzz/run.sh coverage [SECONDS]     source-based coverage of c128.cuh over the corpus (and a
 #                                      short run first when SECONDS is given)
@@ -50,7 +49,7 @@ build() {
   mkdir -p "$out"
   "$NVCC" -ccbin "$CLANGXX" -std=c++17 -gencode "arch=compute_$ARCH,code=sm_$ARCH" -g -O1 "${keep[@]}" "${xc[@]}" \
     -c "$here/fuzz_c128.cu" -o "$out/$name.o"
-  "$CLANG" -std=c11 -g -O1 "${san[@]}" "${cc[@]}" -c "$root/test/reference.c" -o "$out/$name-reference.o"
+  "$CLANG" -std=c11 -g -O1 "${san[@]}" "${cc[@]}" -c "$root/ref/reference.c" -o "$out/$name-reference.o"
   "$CLANGXX" -fsanitize=fuzzer,address,undefined "${ld[@]}" "$out/$name.o" "$out/$name-reference.o" \
     -L"$cudalib" -lcudart_static -ldl -lrt -lpthread -o "$out/$name"
 }
@@ -99,21 +98,9 @@ fuzz)
   ;;
 repro)
   [ -x "$out/c128_fuzz" ] || build c128_fuzz
-  [ $# -gt 0 ] || set -- "$here"/corpus/*
+  [ $# -gt 0 ] || set -- "$here"/corpus/* "$here"/crashes/*.bin # the reproducers: the bugs stay fixed
   "$out/c128_fuzz" "${libfuzzer_args[@]}" "$@"
   if [ -x "$out/c128_fuzz_legacy" ]; then "$out/c128_fuzz_legacy" "${libfuzzer_args[@]}" "$@"; fi
-  ;;
-repro-known)
-  build c128_fuzz_known -DFZ_HIT_KNOWN_BUGS
-  build c128_fuzz_known_legacy -DFZ_HIT_KNOWN_BUGS -DC128_EPILOGUE=C128_EPILOGUE_LEGACY
-  shopt -s nullglob
-  status=0
-  for f in "$here"/crashes/*.bin; do
-    bin=$out/c128_fuzz_known
-    [[ $f != *legacy* ]] || bin=$out/c128_fuzz_known_legacy
-    echo "=== $(basename "$f") ($(basename "$bin"))"
-    "$bin" "${libfuzzer_args[@]}" "$f" 2>&1 | grep -E -A3 'PROPERTY|runtime error|ERROR: AddressSanitizer|SUMMARY' || true
-  done
   ;;
 corpus)
   python3 "$here/make_corpus.py" "$here/corpus"

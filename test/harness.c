@@ -224,42 +224,13 @@ void device_release(device_buffer *b) {
   b->bytes = 0;
 }
 
-static double bf16_ulp(double x) {
-  const double a = fabs(x);
-  if (a < 0x1.0p-126) return 0x1.0p-133;
-  return ldexp(1.0, ilogb(a) - 7);
-}
-
 void check_output_row(const void *out, size_t row, c128_dtype out_dtype, const double *ref, int head_dim,
                       const char *what, uint64_t seed) {
-  double err2 = 0.0, ref2 = 0.0, max_abs = 0.0;
-  for (int c = 0; c < head_dim; ++c) {
-    const double got = elem_get(out, row * (size_t)head_dim + (size_t)c, out_dtype);
-    if (isnan(ref[c]) || isnan(got)) {
-      cr_assert(isnan(ref[c]) && isnan(got), "%s channel %d: got %g, oracle %g (seed %llu)", what, c, got, ref[c],
-                (unsigned long long)seed);
-      continue;
-    }
-    if (isinf(ref[c]) || isinf(got)) { /* an infinite kv with a non-zero weight */
-      cr_assert(got == ref[c], "%s channel %d: got %g, oracle %g (seed %llu)", what, c, got, ref[c],
-                (unsigned long long)seed);
-      continue;
-    }
-    const double d = fabs(got - ref[c]);
-    if (out_dtype == C128_BF16) {
-      const double bound = 0.5 * bf16_ulp(ref[c]) + 1e-5 * fabs(ref[c]) + 1e-5;
-      cr_assert(d <= bound, "%s channel %d: got %.9g, oracle %.9g, |diff| %.3g > %.3g (seed %llu)", what, c, got,
-                ref[c], d, bound, (unsigned long long)seed);
-    }
-    err2 += d * d;
-    ref2 += ref[c] * ref[c];
-    if (d > max_abs) max_abs = d;
-  }
-  if (out_dtype == C128_F32) {
-    const double rel = ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2);
-    cr_assert(rel <= 1e-5 && max_abs <= 1e-4, "%s: relative L2 %.3g (<= 1e-5), max abs %.3g (<= 1e-4) (seed %llu)",
-              what, rel, max_abs, (unsigned long long)seed);
-  }
+  char why[256];
+  const size_t es = dtype_size(out_dtype);
+  const int bad = ref_check_row(head_dim, (const char *)out + row * (size_t)head_dim * es, out_dtype == C128_BF16, ref,
+                                NULL, why, sizeof why);
+  cr_assert(!bad, "%s: %s (seed %llu)", what, why, (unsigned long long)seed);
 }
 
 void check_rows_equal(const void *got, const void *want, size_t rows, size_t row_bytes_, const char *what,
@@ -301,7 +272,7 @@ void check_gpu_output(const void *gpu, const void *cpu, size_t rows, c128_dtype 
                 (unsigned long long)seed);
       continue;
     }
-    const double allowed = bound + (out_dtype == C128_BF16 ? bf16_ulp(h) : 0.0);
+    const double allowed = bound + (out_dtype == C128_BF16 ? ref_bf16_ulp(h) : 0.0);
     cr_assert(fabs(g - h) <= allowed, "%s: row %zu channel %zu: GPU %.9g, host %.9g, |diff| %.3g > %.3g (seed %llu)",
               what, i / head_dim, i % head_dim, g, h, fabs(g - h), allowed, (unsigned long long)seed);
   }

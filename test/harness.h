@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "../c128.cuh"
-#include "reference.h"
+#include "../ref/reference.h"
 
 typedef struct rng {
   uint64_t state;

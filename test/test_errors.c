@@ -87,6 +87,24 @@ Test(cpu, error_null_pointer) {
   expect_refused(f, c128_prefill_host(&f->p, NULL), C128_ERROR_NULL_POINTER);
 }
 
+/* A call with nothing to do succeeds without looking at its tensors (ERRORS in c128.cuh), and
+   the same tensors are refused as soon as there is work. Output aliasing the state: */
+Test(cpu, empty_calls_ignore_their_tensors) {
+  fixture *f = fx_make();
+  f->d.output = f->state, f->d.ape = NULL, f->d.batch = 0;
+  expect_refused(f, c128_decode_host(&f->d, NULL), C128_SUCCESS); /* and it wrote nothing */
+  f = fx_make();
+  f->d.output = f->state;
+  expect_refused(f, c128_decode_host(&f->d, NULL), C128_ERROR_ALIASED);
+  f = fx_make();
+  f->p.output = f->state, f->p.compress_plans = NULL, f->p.write_plans = NULL;
+  f->p.num_compress = 0, f->p.num_write = 0;
+  expect_refused(f, c128_prefill_host(&f->p, NULL), C128_SUCCESS);
+  f = fx_make();
+  f->p.output = f->state;
+  expect_refused(f, c128_prefill_host(&f->p, NULL), C128_ERROR_ALIASED);
+}
+
 Test(cpu, error_misaligned) {
   fixture *f = fx_make();
   f->d.input = (const char *)f->input + 4; /* f32 pairs need 8 bytes */

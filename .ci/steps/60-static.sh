@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Static checks of the host C code (test/*.c, examples/*.c and the headers they include, the
+# Static checks of the host C code (ref/*.c, test/*.c, examples/*.c and the headers they include, the
 # declarations of c128.cuh among them): cppcheck, then clang-tidy over ./build's
 # compile_commands.json. Any finding fails the step. What is switched off, and why:
 #
@@ -42,7 +42,7 @@ build=${C128_BUILD_DIR:-build}
 [ -f "$build/compile_commands.json" ] || fail "$build/compile_commands.json is missing: run .ci/setup first"
 need cppcheck cppcheck
 need clang-tidy clang-tidy
-files=(test/*.c examples/*.c)
+files=(ref/*.c test/*.c examples/*.c)
 
 q cppcheck --enable=warning,style,performance,portability --std=c11 --language=c --error-exitcode=1 -q \
   --inline-suppr --suppress=missingIncludeSystem -I. \
@@ -65,7 +65,7 @@ config="{CheckOptions: [{key: bugprone-reserved-identifier.AllowedIdentifiers, v
 # translation units of one process, so in a multi-file run it stops recognising va_start in later
 # files and reports every va_list as uninitialised (clang-analyzer-valist.Uninitialized).
 tidy() {
-  clang-tidy -p "$build" --quiet --warnings-as-errors='*' --header-filter='.*/(test/[^/]*\.h|c128\.cuh)$' \
+  clang-tidy -p "$build" --quiet --warnings-as-errors='*' --header-filter='.*/((ref|test)/[^/]*\.h|c128\.cuh)$' \
     --checks="$(IFS=,; echo "${checks[*]}")" --config="$config" "$1" >"$scratch/tidy.$2" 2>&1 ||
     echo "$1" >"$scratch/tidy.$2.failed"
 }
