@@ -195,6 +195,17 @@ typedef struct fz_instance {
 static const fz_instance fz_instances[] = {C128_INSTANCES(FZ_INSTANCE_ROW)};
 #undef FZ_INSTANCE_ROW
 enum { FZ_NUM_INSTANCES = (int)(sizeof fz_instances / sizeof fz_instances[0]) };
+/* The widest head_dim of the table: the modes' fixed buffers are sized from it. */
+#define FZ_HEAD_DIM_OF(name, D, state, input, output) D,
+constexpr int fz_head_dims[] = {C128_INSTANCES(FZ_HEAD_DIM_OF)};
+#undef FZ_HEAD_DIM_OF
+constexpr int fz_widest_head_dim() {
+  int widest = 0;
+  for (const int d : fz_head_dims) widest = d > widest ? d : widest;
+  return widest;
+}
+enum { FZ_MAX_D = fz_widest_head_dim() };
+static_assert(FZ_MAX_D > 0 && FZ_MAX_D <= 1024, "the fuzz buffers are static: keep the table's head_dims small");
 
 /* >>model: SPEC 6.5 (which plans run, and what they touch) ------------------------------------ */
 enum { M_RUN, M_PAD, M_SKIP };

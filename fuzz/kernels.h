@@ -13,8 +13,8 @@
    5  the plan checker agrees: SUCCESS exactly when no plan is offending, else it names an
       offending plan (the first that a kernel would skip, if any). */
 
-static double fz_ref[512], fz_scale[512];
-static float fz_rows[128][1024], fz_abs_rows[128][1024];
+static double fz_ref[FZ_MAX_D], fz_scale[FZ_MAX_D];
+static float fz_rows[128][2 * FZ_MAX_D], fz_abs_rows[128][2 * FZ_MAX_D];
 static const float *fz_row_ptr[128], *fz_abs_row_ptr[128];
 
 /* >>input: layout, options, argument corruption --------------------------------------------- */

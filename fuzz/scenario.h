@@ -14,7 +14,7 @@
 
 enum { SC_MAXREQ = 3, SC_MAXPOS = 768, SC_MAXROWS = 320, SC_MAXBATCH = 8 };
 
-static float sc_tok[SC_MAXREQ][SC_MAXPOS][512]; /* committed (and draft) tokens, in the input dtype */
+static float sc_tok[SC_MAXREQ][SC_MAXPOS][2 * FZ_MAX_D]; /* committed (and draft) tokens, in the input dtype */
 
 typedef struct sc_req {
   int32_t pool;
