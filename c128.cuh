@@ -99,7 +99,8 @@
    ALIASING
      Tensors a kernel writes (state, output) overlap nothing else of the call; read-only ones
      (input, ape, plans) may overlap each other. A planner's request array and page table
-     overlap none of the plan entries it writes, nor do those entries overlap each other.
+     overlap nothing it writes (plan entries; a device planner's workspace, counts and
+     status), nor do those overlap each other.
      Overlaps are refused with C128_ERROR_ALIASED: the launches compare the extents their sizes
      give, the planners the entries they will write (capacity when padding, the counts else).
 
@@ -2719,18 +2720,20 @@ static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, 
       c128__misaligned(a->requests, sizeof(int32_t)))
     return C128_ERROR_MISALIGNED;
   const uint64_t ws = c128_plan_workspace_size(a->num_requests);
-  const c128__extent out[5] = {{a->workspace, ws},
+  /* *status is an output like the others: the emit kernel may write it while other threads
+     still read the page table. */
+  const c128__extent out[6] = {{a->workspace, ws},
                                {decode ? NULL : a->compress, (uint64_t)a->capacity * sizeof(c128_compress_plan)},
                                {decode ? NULL : a->write, (uint64_t)a->capacity * sizeof(c128_write_plan)},
                                {decode ? a->decode : NULL, (uint64_t)a->num_requests * sizeof(c128_decode_plan)},
-                               {a->counts, 2 * sizeof(int64_t)}};
-  const c128__extent in[3] = {{a->requests, (uint64_t)a->num_requests * sizeof(c128_request)},
-                              {a->ring.page_table, c128__page_table_bytes(&a->ring)},
-                              {a->status, sizeof(int32_t)}};
-  for (int i = 0; i < 5; ++i) {
-    for (int j = i + 1; j < 5; ++j)
+                               {a->counts, 2 * sizeof(int64_t)},
+                               {a->status, sizeof(int32_t)}};
+  const c128__extent in[2] = {{a->requests, (uint64_t)a->num_requests * sizeof(c128_request)},
+                              {a->ring.page_table, c128__page_table_bytes(&a->ring)}};
+  for (int i = 0; i < 6; ++i) {
+    for (int j = i + 1; j < 6; ++j)
       if (c128__overlap(out[i].ptr, out[i].bytes, out[j].ptr, out[j].bytes)) return C128_ERROR_ALIASED;
-    for (int j = 0; j < 3; ++j)
+    for (int j = 0; j < 2; ++j)
       if (c128__overlap(out[i].ptr, out[i].bytes, in[j].ptr, in[j].bytes)) return C128_ERROR_ALIASED;
   }
   return C128_SUCCESS;

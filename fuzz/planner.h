@@ -656,16 +656,17 @@ static void fz_mode_planner(fz_reader *r) {
       want_dev = C128_ERROR_MISALIGNED;
     else {
       const uint64_t ws = c128_plan_workspace_size(b.num_requests);
-      const void *out[5] = {b.workspace, decode ? NULL : b.compress, decode ? NULL : b.write, decode ? b.decode : NULL,
-                            b.counts};
-      const uint64_t outn[5] = {ws, (uint64_t)b.capacity * 16, (uint64_t)b.capacity * 8, (uint64_t)b.num_requests * 16,
-                                16};
-      const void *in[3] = {b.requests, b.ring.page_table, b.status};
-      const uint64_t inn[3] = {(uint64_t)b.num_requests * 12, fz_table_bytes(&b.ring), 4};
-      for (int i = 0; i < 5 && want_dev == C128_SUCCESS; ++i) {
-        for (int j = i + 1; j < 5; ++j)
+      const void *out[6] = {
+          b.workspace, decode ? NULL : b.compress, decode ? NULL : b.write, decode ? b.decode : NULL, b.counts,
+          b.status};
+      const uint64_t outn[6] = {
+          ws, (uint64_t)b.capacity * 16, (uint64_t)b.capacity * 8, (uint64_t)b.num_requests * 16, 16, 4};
+      const void *in[2] = {b.requests, b.ring.page_table};
+      const uint64_t inn[2] = {(uint64_t)b.num_requests * 12, fz_table_bytes(&b.ring)};
+      for (int i = 0; i < 6 && want_dev == C128_SUCCESS; ++i) {
+        for (int j = i + 1; j < 6; ++j)
           if (fz_overlap(out[i], outn[i], out[j], outn[j])) want_dev = C128_ERROR_ALIASED;
-        for (int j = 0; j < 3; ++j)
+        for (int j = 0; j < 2; ++j)
           if (fz_overlap(out[i], outn[i], in[j], inn[j])) want_dev = C128_ERROR_ALIASED;
       }
     }

@@ -549,14 +549,14 @@ Test(cpu, attack_planner_requests_overlapping_the_plans) { /* class 4 */
   }
 }
 
-/* The device planner's own arguments: every output (workspace, plans, counts) against every
-   other one and against every input (requests, page table, status). */
+/* The device planner's own arguments: every output (workspace, plans, counts, status) against
+   every other one and against every input (requests, page table). */
 Test(cpu, attack_device_planner_overlapping_arguments) { /* class 4 */
   const c128_request q[4] = {{0, 300, 300}, {1, 129, 1}, {2, 5, 5}, {3, 0, 0}};
   const int64_t n = 4, cap = 64;
   const size_t ws_bytes = c128_plan_workspace_size(n);
   for (int decode = 0; decode < 2; ++decode)
-    for (int kind = 0; kind < 9; ++kind) {
+    for (int kind = 0; kind < 11; ++kind) {
       arena A;
       const size_t off_ws = 0, off_c = (ws_bytes + 63) / 64 * 64, off_w = off_c + cap * 16, off_d = off_w + cap * 8;
       const size_t off_counts = off_d + 16 * n, off_status = off_counts + 64, off_q = off_status + 64;
@@ -599,8 +599,15 @@ Test(cpu, attack_device_planner_overlapping_arguments) { /* class 4 */
       case 7:
         a.status = decode ? (int32_t *)(m + off_d + 12) : (int32_t *)(m + off_c + 4), what = "status inside plans";
         break;
-      default:
+      case 8:
         a.workspace = m + off_counts - 8 * (ws_bytes / 8), what = "workspace over the counts";
+        break;
+      case 9: /* the status written over a request it has read */
+        a.status = (int32_t *)(m + off_q + sizeof q[0] + 4), what = "status inside the requests";
+        break;
+      default: /* the status written while other threads read the page table */
+        a.ring.page_table = (const int32_t *)(m + off_status), a.ring.num_pool = 4, a.ring.page_table_stride = 1;
+        what = "status over the page table";
         break;
       }
       arena_snapshot(&A);
