@@ -603,7 +603,7 @@ static void fz_mode_planner(fz_reader *r) {
     }
   }
   if (alias_dev) {
-    const size_t wsb = ws_bytes;
+    const size_t wsb = b.workspace ? ws_bytes : 0; /* a corruption may have made it NULL */
     switch (xkind) {
     case 0:
       if (wsb >= 16) b.requests = (const c128_request *)((char *)b.workspace + 4 * (xseed % (wsb / 4)));
