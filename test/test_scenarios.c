@@ -72,6 +72,18 @@ static void open_requests(scenario *s, rng *r, int n, int num_pool, int *ids) {
   for (int i = 0; i < n; ++i) ids[i] = scen_open(s, rows[i]);
 }
 
+/* The opening of the SPEC 9 cases below: a scenario of num_pool pool rows with n requests open
+   (their ids in id). */
+static scenario *start(const instance_entry *e, backend be, const layout_case *l, int num_pool, float scale, int n,
+                       int *id) {
+  require_backend(be);
+  const scen_config c = config(e, be, l, num_pool, scale);
+  scenario *s = scen_create(&c);
+  rng r = schedule_rng(s);
+  open_requests(s, &r, n, num_pool, id);
+  return s;
+}
+
 static void extend_one(scenario *s, int id, int extend) {
   const scen_item it = {id, extend, extend};
   scen_extend(s, &it, 1, 0);
@@ -90,13 +102,9 @@ static void log_stats(const char *what, const scenario *s) {
 /* Prefill from 0 with S in {128, 256, 512}, one request per batch; then a decode step with a
    padding row. */
 static void sc_prefill_from_zero(const instance_entry *e, backend be, const layout_case *l, float scale) {
-  require_backend(be);
-  const scen_config c = config(e, be, l, 5, scale);
-  scenario *s = scen_create(&c);
-  rng r = schedule_rng(s);
   static const int S[3] = {128, 256, 512};
   int id[3];
-  open_requests(s, &r, 3, 5, id);
+  scenario *s = start(e, be, l, 5, scale, 3, id);
   for (int i = 0; i < 3; ++i) extend_one(s, id[i], S[i]);
   const int step[4] = {id[2], -1, id[0], id[1]};
   scen_decode(s, step, 4);
@@ -107,12 +115,8 @@ static void sc_prefill_from_zero(const instance_entry *e, backend be, const layo
 /* Prefix in {0, 128, 256}, then one token at a time to the next boundary (128 steps: all three
    complete a window on the last one), a padding row in every step. */
 static void sc_prefix_then_decode(const instance_entry *e, backend be, const layout_case *l, float scale) {
-  require_backend(be);
-  const scen_config c = config(e, be, l, 5, scale);
-  scenario *s = scen_create(&c);
-  rng r = schedule_rng(s);
   int id[3];
-  open_requests(s, &r, 3, 5, id);
+  scenario *s = start(e, be, l, 5, scale, 3, id);
   const scen_item prefill[2] = {{id[2], 256, 256}, {id[1], 128, 128}};
   scen_extend(s, prefill, 2, 0);
   for (int t = 0; t < W; ++t) {
@@ -128,13 +132,9 @@ static void sc_prefix_then_decode(const instance_entry *e, backend be, const lay
 /* Prefix in {120, 128, 256}, then extend in {128, 256}: prefix 120 gives buffer_len 120, a window
    of state and input rows. */
 static void sc_prefix_then_extend(const instance_entry *e, backend be, const layout_case *l, float scale) {
-  require_backend(be);
-  const scen_config c = config(e, be, l, 8, scale);
-  scenario *s = scen_create(&c);
-  rng r = schedule_rng(s);
   static const int prefix[6] = {120, 120, 128, 128, 256, 256}, extend[6] = {128, 256, 128, 256, 128, 256};
   int id[6];
-  open_requests(s, &r, 6, 8, id);
+  scenario *s = start(e, be, l, 8, scale, 6, id);
   scen_item items[6];
   for (int i = 0; i < 6; ++i) items[i] = (scen_item){id[5 - i], prefix[5 - i], prefix[5 - i]};
   scen_extend(s, items, 6, 0);
@@ -147,12 +147,8 @@ static void sc_prefix_then_extend(const instance_entry *e, backend be, const lay
 
 /* Two requests per batch: (128, 128), (256, 256), (384, 384); then a decode step of all six. */
 static void sc_multi_request(const instance_entry *e, backend be, const layout_case *l, float scale) {
-  require_backend(be);
-  const scen_config c = config(e, be, l, 8, scale);
-  scenario *s = scen_create(&c);
-  rng r = schedule_rng(s);
   int id[6];
-  open_requests(s, &r, 6, 8, id);
+  scenario *s = start(e, be, l, 8, scale, 6, id);
   for (int p = 0; p < 3; ++p) {
     const int L = 128 * (p + 1);
     const scen_item items[2] = {{id[2 * p], L, L}, {id[2 * p + 1], L, L}};
@@ -166,12 +162,8 @@ static void sc_multi_request(const instance_entry *e, backend be, const layout_c
 
 /* A varlen batch [257, 1024, 384], then [127, 1, 200], then two decode steps. */
 static void sc_varlen(const instance_entry *e, backend be, const layout_case *l, float scale) {
-  require_backend(be);
-  const scen_config c = config(e, be, l, 5, scale);
-  scenario *s = scen_create(&c);
-  rng r = schedule_rng(s);
   int id[3];
-  open_requests(s, &r, 3, 5, id);
+  scenario *s = start(e, be, l, 5, scale, 3, id);
   const scen_item first[3] = {{id[0], 257, 257}, {id[1], 1024, 1024}, {id[2], 384, 384}};
   scen_extend(s, first, 3, 0);
   const scen_item second[3] = {{id[0], 127, 127}, {id[1], 1, 1}, {id[2], 200, 200}};
@@ -183,12 +175,8 @@ static void sc_varlen(const instance_entry *e, backend be, const layout_case *l,
 
 /* Chunk starts that are not multiples of 128: 5 + 251, 50 + 206, 127 + 2, 100 + 1024. */
 static void sc_chunked(const instance_entry *e, backend be, const layout_case *l, float scale) {
-  require_backend(be);
-  const scen_config c = config(e, be, l, 6, scale);
-  scenario *s = scen_create(&c);
-  rng r = schedule_rng(s);
   int id[4];
-  open_requests(s, &r, 4, 6, id);
+  scenario *s = start(e, be, l, 6, scale, 4, id);
   static const int first[4] = {5, 50, 127, 100}, second[4] = {251, 206, 2, 1024};
   scen_item items[4];
   for (int i = 0; i < 4; ++i) items[i] = (scen_item){id[i], first[i], first[i]};
