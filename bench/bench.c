@@ -45,6 +45,7 @@ static const int64_t bench_batches[] = {1, 8, 32, 64, 128, 256, 1024};
 static const int64_t bench_tokens[] = {8192, 32768, 131072};
 #define BENCH_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+/* The examples' CHECK / CUDA, with file:line, and status strings from the two-warp copy. */
 #define BENCH_CUDA(call)                                                                     \
   do {                                                                                       \
     cudaError_t e_ = (call);                                                                 \
@@ -472,6 +473,38 @@ static cudaGraphExec_t bench_capture(const bench_runner *r, int variant, int64_t
   return exec;
 }
 
+/* A graph mode of bench_measure: per variant, `count` graphs of `per_graph` units each (graph g
+   runs the units from g * per_graph on), each replayed once to warm it, then timed round-robin
+   with reps / per_graph graph launches a sample; out[variant][mode]. */
+static void bench_graph_mode(const bench_runner *r, int mode, int64_t count, int64_t per_graph, int64_t reps,
+                             double samples[2][BENCH_ROUNDS * BENCH_MAX_SAMPLES], bench_stats out[2][BENCH_MODES]) {
+  _Static_assert(BENCH_MAX_GRAPHS <= BENCH_STEP_GRAPHS, "exec holds the larger of the two counts");
+  const int spr = bench_opt.samples_per_round;
+  static cudaGraphExec_t exec[2][BENCH_STEP_GRAPHS];
+  for (int v = 0; v < r->variants; ++v)
+    for (int64_t g = 0; g < count; ++g) exec[v][g] = bench_capture(r, v, g * per_graph, per_graph);
+  for (int v = 0; v < r->variants; ++v)
+    for (int64_t g = 0; g < count; ++g) BENCH_CUDA(cudaGraphLaunch(exec[v][g], bench_stream));
+  BENCH_CUDA(cudaStreamSynchronize(bench_stream));
+  int64_t next[2] = {0, 0};
+  int n[2] = {0, 0};
+  for (int round = 0; round < BENCH_ROUNDS; ++round) {
+    const int v = round % r->variants;
+    BENCH_CUDA(cudaEventRecord(bench_events[0], bench_stream));
+    for (int k = 0; k < spr; ++k) {
+      for (int64_t i = 0; i < reps / per_graph; ++i)
+        BENCH_CUDA(cudaGraphLaunch(exec[v][next[v]++ % count], bench_stream));
+      BENCH_CUDA(cudaEventRecord(bench_events[k + 1], bench_stream));
+    }
+    bench_collect(spr, reps, samples[v] + n[v]);
+    n[v] += spr;
+  }
+  for (int v = 0; v < r->variants; ++v) {
+    out[v][mode] = bench_summarise(samples[v], n[v], reps);
+    for (int64_t g = 0; g < count; ++g) BENCH_CUDA(cudaGraphExecDestroy(exec[v][g]));
+  }
+}
+
 /* Times every mode of r for every variant; out[variant][mode]. */
 static void bench_measure(const bench_runner *r, bench_stats out[2][BENCH_MODES]) {
   const int spr = bench_opt.samples_per_round;
@@ -513,54 +546,12 @@ static void bench_measure(const bench_runner *r, bench_stats out[2][BENCH_MODES]
   if (r->modes & (1 << BENCH_GRAPH)) { /* graphs of `reps` launches covering all sets */
     int64_t ngraphs = (r->nsets + reps - 1) / reps;
     ngraphs = ngraphs < 1 ? 1 : ngraphs > BENCH_MAX_GRAPHS ? BENCH_MAX_GRAPHS : ngraphs;
-    cudaGraphExec_t exec[2][BENCH_MAX_GRAPHS];
-    for (int v = 0; v < r->variants; ++v)
-      for (int64_t g = 0; g < ngraphs; ++g) exec[v][g] = bench_capture(r, v, g * reps, reps);
-    for (int v = 0; v < r->variants; ++v)
-      for (int64_t g = 0; g < ngraphs; ++g) BENCH_CUDA(cudaGraphLaunch(exec[v][g], bench_stream));
-    BENCH_CUDA(cudaStreamSynchronize(bench_stream));
-    int64_t next[2] = {0, 0};
-    n[0] = n[1] = 0;
-    for (int round = 0; round < BENCH_ROUNDS; ++round) {
-      const int v = round % r->variants;
-      BENCH_CUDA(cudaEventRecord(bench_events[0], bench_stream));
-      for (int k = 0; k < spr; ++k) {
-        BENCH_CUDA(cudaGraphLaunch(exec[v][next[v]++ % ngraphs], bench_stream));
-        BENCH_CUDA(cudaEventRecord(bench_events[k + 1], bench_stream));
-      }
-      bench_collect(spr, reps, samples[v] + n[v]);
-      n[v] += spr;
-    }
-    for (int v = 0; v < r->variants; ++v) {
-      out[v][BENCH_GRAPH] = bench_summarise(samples[v], n[v], reps);
-      for (int64_t g = 0; g < ngraphs; ++g) BENCH_CUDA(cudaGraphExecDestroy(exec[v][g]));
-    }
+    bench_graph_mode(r, BENCH_GRAPH, ngraphs, reps, reps, samples, out);
   }
 
   if (r->modes & (1 << BENCH_STEP_GRAPH)) { /* one unit per graph, replayed back to back */
     const int64_t nstep = r->nsets < BENCH_STEP_GRAPHS ? r->nsets : BENCH_STEP_GRAPHS;
-    static cudaGraphExec_t step[2][BENCH_STEP_GRAPHS];
-    for (int v = 0; v < r->variants; ++v)
-      for (int64_t j = 0; j < nstep; ++j) step[v][j] = bench_capture(r, v, j, 1);
-    for (int v = 0; v < r->variants; ++v)
-      for (int64_t j = 0; j < nstep; ++j) BENCH_CUDA(cudaGraphLaunch(step[v][j], bench_stream));
-    BENCH_CUDA(cudaStreamSynchronize(bench_stream));
-    int64_t next[2] = {0, 0};
-    n[0] = n[1] = 0;
-    for (int round = 0; round < BENCH_ROUNDS; ++round) {
-      const int v = round % r->variants;
-      BENCH_CUDA(cudaEventRecord(bench_events[0], bench_stream));
-      for (int k = 0; k < spr; ++k) {
-        for (int64_t i = 0; i < reps; ++i) BENCH_CUDA(cudaGraphLaunch(step[v][next[v]++ % nstep], bench_stream));
-        BENCH_CUDA(cudaEventRecord(bench_events[k + 1], bench_stream));
-      }
-      bench_collect(spr, reps, samples[v] + n[v]);
-      n[v] += spr;
-    }
-    for (int v = 0; v < r->variants; ++v) {
-      out[v][BENCH_STEP_GRAPH] = bench_summarise(samples[v], n[v], reps);
-      for (int64_t j = 0; j < nstep; ++j) BENCH_CUDA(cudaGraphExecDestroy(step[v][j]));
-    }
+    bench_graph_mode(r, BENCH_STEP_GRAPH, nstep, 1, reps, samples, out);
   }
 }
 

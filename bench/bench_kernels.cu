@@ -19,6 +19,8 @@ typedef struct bench_param_block {
 
 static __global__ void __launch_bounds__(BENCH_EMPTY_THREADS) bench_empty_kernel(const bench_param_block p) { (void)p; }
 
+// The library's c128__launch, which bench cannot call: it is private to the implementation, takes
+// one parameter block (the consumer takes two) and gives a c128_status, not the cudaError_t.
 static cudaError_t bench_launch(const void *kernel, int64_t blocks, int threads, int pdl, void **args,
                                 cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
