@@ -48,6 +48,8 @@ constexpr int WINDOWS = (STEPS - (BATCH - 1)) / W; /* per request */
 constexpr int PDL_RUNS = 5;
 constexpr int THREADS = 128;
 
+/* Every example is one file a user may copy alone, so each spells out its own exit-on-error
+   macros rather than sharing a header. */
 #define CUDA(call)                                                           \
   do {                                                                       \
     const cudaError_t e_ = (call);                                           \

@@ -24,6 +24,8 @@
 
 enum { D = 128, ROW = 2 * D, W = C128_WINDOW, TOKENS = 300, PAGES = 2, POOL_INDEX = 1 };
 
+/* Every example is one file a user may copy alone, so each spells out its own exit-on-error
+   CHECK (c128_status) and CUDA (cudaError_t) macros rather than sharing a header. */
 #define CHECK(call)                                               \
   do {                                                            \
     const c128_status s_ = (call);                                \

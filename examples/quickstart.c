@@ -48,6 +48,8 @@ static double check_window(const float *out, int req, int window, const float *a
   return ref_rel_l2(HEAD_DIM, out, ref, NULL);
 }
 
+/* Every example is one file a user may copy alone, so each spells out its own exit-on-error
+   CHECK (c128_status) and CUDA (cudaError_t) macros rather than sharing a header. */
 #define CHECK(call)                                                       \
   do {                                                                    \
     c128_status st_ = (call);                                             \

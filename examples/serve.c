@@ -35,6 +35,8 @@ enum { W = C128_WINDOW, RING = 256, MAX_DRAFTS = RING - W + 2, MAX_LIVE = 32, MA
 enum { PREFILL, DECODE, VERIFY, KINDS };
 static const char *const kind_name[KINDS] = {"prefill", "decode", "verify"};
 
+/* Every example is one file a user may copy alone, so each spells out its own exit-on-error
+   CHECK (c128_status) and CUDA (cudaError_t) macros rather than sharing a header. */
 #define CHECK(call)                                                       \
   do {                                                                    \
     const c128_status st_ = (call);                                       \

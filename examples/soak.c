@@ -62,7 +62,7 @@ static const char *const fault_name[FAULTS] = {
   } while (0)
 
 /* ---- the run's state ------------------------------------------------------------------------ */
-static uint64_t rng_state;
+static uint64_t rng_state;       /* splitmix64 and make_row as in serve.c: each example stands alone */
 static uint64_t next_u64(void) { /* splitmix64 */
   uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -301,6 +301,7 @@ static void new_request(int i) {
 }
 
 /* ---- the request model (SPEC 5): the status a planner gives a batch ------------------------- */
+/* Written again from SPEC 5 (as fuzz/planner.h does): the soak checks the planners against it. */
 static int64_t first_write(int64_t seq) { /* speculative ring: pad R - 126 */
   const int64_t pad = RING - W + 2, boundary = seq / W * W;
   return boundary < seq - pad ? boundary : seq - pad;

@@ -152,7 +152,8 @@ static int fz_find_instance(int32_t D, int32_t sd, int32_t id, int32_t od) {
 }
 
 /* The arguments as the generic launch validates them, tensor pointers excepted, in its order
-   (the header: "the checker accepts exactly what the generic launch accepts"). */
+   (the header: "the checker accepts exactly what the generic launch accepts"). Written again on
+   purpose: the fuzzer checks the library's validation against this model, not against itself. */
 typedef struct m_args {
   int prefill;
   int32_t D, sd, id, od;
@@ -663,6 +664,8 @@ static c128_decode_plan rd_decode_plan(fz_reader *r, int64_t span) {
   return p;
 }
 
+/* fz_corrupt_prefill's numbers where the two structs share a field: kept apart because the
+   structs differ, and a corruption's number is part of the corpus format. */
 static void fz_corrupt_decode(c128_decode_args *a, int corrupt) {
   switch (corrupt) {
   case 1:

@@ -185,6 +185,7 @@ c128_status run_decode(const instance_entry *e, backend be, const c128_decode_ar
   return mirror_down(&m, e->decode(&d, m.stream), h->state, h->output);
 }
 
+/* run_decode for prefill: the args struct differs, and so do its plan arrays (two). */
 c128_status run_prefill(const instance_entry *e, backend be, const c128_prefill_args *h, int reverse) {
   if (be == BACKEND_CPU) {
     char msg[256];

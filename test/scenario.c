@@ -468,6 +468,7 @@ static void run_prefill_batch(scenario *s, c128_prefill_args *a, size_t out_byte
   free(host_state), free(host_out);
 }
 
+/* run_prefill_batch's steps for the other args struct and its one plan array. */
 static void run_decode_batch(scenario *s, c128_decode_args *a, size_t out_bytes) {
   const instance_entry *e = s->cfg.entry;
   if (s->cfg.be == BACKEND_CPU) {

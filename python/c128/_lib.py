@@ -63,7 +63,7 @@ class DecodeArgs(Structure):
     ]
 
 
-class PrefillArgs(Structure):
+class PrefillArgs(Structure):  # like DecodeArgs, each field mirrors c128_prefill_args in order
     _fields_ = [
         ("head_dim", c_int32),
         ("state_dtype", c_int32),
