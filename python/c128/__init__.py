@@ -438,7 +438,51 @@ def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream:
     del keep
 
 
-class Decode:
+class _Bound:
+    """What Decode and Prefill share once their subclass's _bind has filled the argument struct:
+    the device check and stream lookup, rebind, and the call (one C call, host or device)."""
+
+    _names: Tuple[str, ...] = ()
+    _function = ""  # "decode" or "prefill": the C functions c128_<name> and c128_<name>_host
+    _launch: Any = None  # _lib's function of that name, and of the host runner
+    _run_host: Any = None
+
+    def _bind(self) -> None:
+        raise NotImplementedError
+
+    def _bound(self) -> None:
+        state = self._tensors["state"]
+        if not self._on_host:
+            current_device_check(state, "state")
+        self._stream = current_stream_function(state)
+
+    def rebind(self, **tensors: Any) -> None:
+        """Replace some of the bound tensors (all checks again; on failure the old ones stay)."""
+        for name in tensors:
+            if name not in self._tensors:
+                raise TypeError(f"{name}: not a tensor of {type(self).__name__} ({', '.join(self._names)})")
+        old = dict(self._tensors)
+        self._tensors.update(tensors)
+        try:
+            self._bind()
+        except Exception:
+            self._tensors = old
+            self._bind()
+            raise
+
+    def __call__(self, stream: Any = None, *, host_options: Optional[HostOptions] = None) -> None:
+        """Launch (stream as in :func:`decode`, resolved at each call) or run on the host."""
+        if self._on_host:
+            _host_stream(stream)
+            options, message = _host_options(host_options)
+            _lib.check(self._run_host(self._ref, options), f"c128_{self._function}_host", _run_detail(message))
+            return
+        status = self._launch(self._ref, self._stream() if stream is None else stream_handle(stream))
+        if status:
+            raise Error(status, f"c128_{self._function}")
+
+
+class Decode(_Bound):
     """A decode launch with its tensors checked and bound once: calling it launches
     c128_decode (or runs the host runner) with the prebuilt argument struct, a single C call.
 
@@ -448,9 +492,14 @@ class Decode:
     replaces some of them (all checks again).
     """
 
+    _names = ("state", "input", "ape", "output", "plans")
+    _function = "decode"
+    _launch = staticmethod(_lib.decode)
+    _run_host = staticmethod(_lib.decode_host)
+
     def __init__(self, state: Any, input: Any, ape: Any, output: Any, plans: Any, *, layout: Any = None,
                  requests_per_block: int = 0, pdl: bool = False) -> None:
-        self._tensors = {"state": state, "input": input, "ape": ape, "output": output, "plans": plans}
+        self._tensors = dict(zip(self._names, (state, input, ape, output, plans)))
         self._options = {"layout": layout, "requests_per_block": requests_per_block, "pdl": pdl}
         self._args = _lib.DecodeArgs()
         self._ref = byref(self._args)
@@ -462,38 +511,11 @@ class Decode:
         self._on_host, _ = _decode_bind(self._args, t["state"], t["input"], t["ape"], t["output"], t["plans"], handle,
                                         self._options["layout"], self._options["requests_per_block"],
                                         self._options["pdl"], False)
-        if not self._on_host:
-            current_device_check(t["state"], "state")
-        self._stream = current_stream_function(t["state"])
-
-    def rebind(self, **tensors: Any) -> None:
-        """Replace some of the bound tensors (state, input, ape, output, plans)."""
-        for name in tensors:
-            if name not in self._tensors:
-                raise TypeError(f"{name}: not a tensor of Decode (state, input, ape, output, plans)")
-        old = dict(self._tensors)
-        self._tensors.update(tensors)
-        try:
-            self._bind()
-        except Exception:
-            self._tensors = old
-            self._bind()
-            raise
+        self._bound()
 
     @property
     def batch(self) -> int:
         return self._args.batch
-
-    def __call__(self, stream: Any = None, *, host_options: Optional[HostOptions] = None) -> None:
-        """Launch (stream as in :func:`decode`, resolved at each call) or run on the host."""
-        if self._on_host:
-            _host_stream(stream)
-            options, message = _host_options(host_options)
-            _lib.check(_lib.decode_host(self._ref, options), "c128_decode_host", _run_detail(message))
-            return
-        status = _lib.decode(self._ref, self._stream() if stream is None else stream_handle(stream))
-        if status:
-            raise Error(status, "c128_decode")
 
 
 # ---- prefill ------------------------------------------------------------------------------------------
@@ -576,11 +598,14 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
     del keep
 
 
-class Prefill:
+class Prefill(_Bound):
     """A prefill launch with its tensors checked and bound once (see :class:`Decode`): tensors
     state, input, ape, output, compress_plans, write_plans."""
 
     _names = ("state", "input", "ape", "output", "compress_plans", "write_plans")
+    _function = "prefill"
+    _launch = staticmethod(_lib.prefill)
+    _run_host = staticmethod(_lib.prefill_host)
 
     def __init__(self, state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
                  layout: Any = None, windows_per_block: int = 0, pdl: bool = False) -> None:
@@ -595,34 +620,7 @@ class Prefill:
         handle = current_stream(t["state"])
         self._on_host, _ = _prefill_bind(self._args, *(t[n] for n in self._names), handle, self._options["layout"],
                                          self._options["windows_per_block"], self._options["pdl"], False)
-        if not self._on_host:
-            current_device_check(t["state"], "state")
-        self._stream = current_stream_function(t["state"])
-
-    def rebind(self, **tensors: Any) -> None:
-        """Replace some of the bound tensors."""
-        for name in tensors:
-            if name not in self._tensors:
-                raise TypeError(f"{name}: not a tensor of Prefill ({', '.join(self._names)})")
-        old = dict(self._tensors)
-        self._tensors.update(tensors)
-        try:
-            self._bind()
-        except Exception:
-            self._tensors = old
-            self._bind()
-            raise
-
-    def __call__(self, stream: Any = None, *, host_options: Optional[HostOptions] = None) -> None:
-        """Launch (stream as in :func:`decode`) or run on the host."""
-        if self._on_host:
-            _host_stream(stream)
-            options, message = _host_options(host_options)
-            _lib.check(_lib.prefill_host(self._ref, options), "c128_prefill_host", _run_detail(message))
-            return
-        status = _lib.prefill(self._ref, self._stream() if stream is None else stream_handle(stream))
-        if status:
-            raise Error(status, "c128_prefill")
+        self._bound()
 
 
 # ---- the plan checker ---------------------------------------------------------------------------------

@@ -57,6 +57,33 @@ def test_bound_objects_equal_functions() -> None:
         assert b.check(b.state, b.output) == []
 
 
+def test_rebind() -> None:
+    """rebind: the next call writes the new tensors; an unknown name is a TypeError naming the
+    class and its tensors; a tensor that fails the checks is refused and the old binding stays."""
+    inst = c128.find_instance(256, "bf16", "f32", "bf16")
+    for make, cls, names in ((lambda r: decode_case(inst, r, 1.0, DECODE_FILLS), c128.Decode,
+                              "state, input, ape, output, plans"),
+                             (lambda r: prefill_case(inst, r, 1.0, PREFILL_SHAPES), c128.Prefill,
+                              "state, input, ape, output, compress_plans, write_plans")):
+        a, b = make(np.random.default_rng(7)), make(np.random.default_rng(7))
+        bound = cls(a.state, a.input, a.ape, a.output, *a.plans)
+        bound.rebind(state=b.state, output=b.output)
+        bound()
+        assert b.check(b.state, b.output) == []
+        assert a.state.tobytes() == make(np.random.default_rng(7)).state.tobytes()
+        with pytest.raises(TypeError, match=f"^nope: not a tensor of {cls.__name__} \\({names}\\)$"):
+            bound.rebind(nope=b.output)
+        frozen = b.output.copy()
+        frozen.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            bound.rebind(output=frozen)
+        c = make(np.random.default_rng(7))
+        b.output[...] = c.output  # poison again: the next call must write b.output, not frozen
+        bound.rebind(state=c.state)
+        bound()
+        assert c.check(c.state, b.output) == []
+
+
 def test_group_sizes_agree() -> None:
     """Results never depend on requests_per_block / windows_per_block."""
     inst = c128.find_instance(128, "f32", "f32", "f32")
