@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Tuple
+from typing import Any, Callable, Tuple
 
 import numpy as np
 import pytest
@@ -183,6 +183,16 @@ def _memory(torch: Any) -> Tuple[int, int]:
     return stats.get("allocation.all.allocated", 0), torch.cuda.memory_allocated()
 
 
+def _capture(torch: Any, body: Callable[[], None]) -> Any:
+    """body once outside any capture (the caller's warm-up), then body captured into a CUDA graph."""
+    body()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    return graph
+
+
 @pytest.mark.parametrize("name", ["h512_f32_f32_f32", "h512_bf16_f32_f32"])
 def test_decode_step_in_a_cuda_graph(name: str, checked) -> None:
     """Device planner + decode captured once in torch.cuda.graph, replayed over 300 steps with the
@@ -213,11 +223,7 @@ def test_decode_step_in_a_cuda_graph(name: str, checked) -> None:
         step()
 
     dev["requests"].copy_(torch.from_numpy(c128.requests(pool, np.zeros(batch))))
-    body()  # warm-up outside the capture (an all-padding step: writes nothing)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
+    graph = _capture(torch, body)  # the warm-up is an all-padding step: it writes nothing
     allocations = _memory(torch)
     boundaries = 0
     for t in range(300):
@@ -271,11 +277,7 @@ def test_prefill_step_in_a_cuda_graph(checked) -> None:
                                  dev["workspace"])
         step()
 
-    body()  # warm-up: every request absent
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
+    graph = _capture(torch, body)  # warm-up: every request absent
     allocations = _memory(torch)
     windows = 0
     for t in range(60):
