@@ -181,7 +181,8 @@ static void fz_mode_checker(fz_reader *r) {
 
   /* The status the launch's validation gives. */
   const m_args ma = {prefill, D, sd, id, od, pages, in_rows, out_rows, count1, count2, lay, group, plans1, plans2};
-  const c128_status want = null_args || null_report ? C128_ERROR_NULL_POINTER : m_validate(&ma);
+  const c128_status vwant = m_validate(&ma); /* the launch's, which has no report to be NULL */
+  const c128_status want = null_args || null_report ? C128_ERROR_NULL_POINTER : vwant;
   FZ_CHECK(5, st == want || (want == C128_SUCCESS && st == C128_ERROR_INVALID_PLAN),
            "checker: %s; the launch's validation gives %s", c128_status_string(st), c128_status_string(want));
   if (!null_report && !null_args)
@@ -195,7 +196,6 @@ static void fz_mode_checker(fz_reader *r) {
      with the same arguments and no tensors (a launch with work stops at the NULL state; one
      whose arguments are bad stops earlier with the checker's status; neither reads anything). */
   {
-    const c128_status vwant = m_validate(&ma); /* the launch has no report to be NULL */
     const c128_status lwant = null_args               ? C128_ERROR_NULL_POINTER
                               : vwant != C128_SUCCESS ? vwant
                               : m_has_work(&ma)       ? C128_ERROR_NULL_POINTER

@@ -172,6 +172,14 @@ static float *fz_make_ape(fz_rng *g, int D) {
   return ape;
 }
 
+/* [a, a + an) and [b, b + bn) overlap; empty ranges and NULL overlap nothing. */
+static int fz_overlaps(const void *a, uint64_t an, const void *b, uint64_t bn) {
+  if (!a || !b || !an || !bn) return 0;
+  const uint64_t x = (uint64_t)(uintptr_t)a, y = (uint64_t)(uintptr_t)b;
+  return x < y ? y - x < an : x - y < bn;
+}
+static int fz_misaligned(const void *p, size_t a) { return (uintptr_t)p % a != 0; }
+
 /* >>tolerance of DESIGN 8: ref_check_row (ref/reference.h), the tests' check too ------------- */
 static int fz_compare_row(const void *out, int64_t row, c128_dtype dt, const double *ref, const double *scale, int D,
                           char *why, size_t why_size) {

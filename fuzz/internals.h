@@ -47,23 +47,12 @@ static int fz_lib_write_reason(const c128_prefill_args *a, int64_t k, int64_t *s
 static const char *fz_lib_reason_text(int reason) { return c128__reason_text(reason); }
 
 /* Requests per decode block the host runner uses (0 = automatic), and the grouping's limit. */
-#ifdef C128_MAX_DECODE_GROUP
 #define FZ_MAX_GROUP C128_MAX_DECODE_GROUP
 static int32_t fz_host_group(const c128_decode_args *a) { /* the launch's rule, with the host runner's SM count */
   return a->requests_per_block > 0 ? a->requests_per_block : c128_decode_group_size(a->batch, a->head_dim, 132);
 }
 static void fz_set_group(c128_decode_args *a, int32_t g) { a->requests_per_block = g; }
-#else
-#define FZ_MAX_GROUP 1
-static int32_t fz_host_group(const c128_decode_args *a) { return (void)a, 1; }
-static void fz_set_group(c128_decode_args *a, int32_t g) { (void)a, (void)g; }
-#endif
 
-/* Compress windows per block (0 = automatic), where the library has them. */
-#ifdef C128_MAX_PREFILL_GROUP
+/* Compress windows per block (0 = automatic). */
 #define FZ_MAX_PREFILL_GROUP C128_MAX_PREFILL_GROUP
 static void fz_set_prefill_group(c128_prefill_args *a, int32_t g) { a->windows_per_block = g; }
-#else
-#define FZ_MAX_PREFILL_GROUP 1
-static void fz_set_prefill_group(c128_prefill_args *a, int32_t g) { (void)a, (void)g; }
-#endif

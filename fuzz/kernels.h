@@ -82,20 +82,13 @@ static int rd_corruption(fz_reader *r) {
   return v < 200 ? 0 : 1 + (v - 200) % 24; /* 1..18: one bad argument; 19..24: aliased tensors */
 }
 
-/* [a, a + an) and [b, b + bn) overlap; empty ranges and NULL overlap nothing. */
-static int fz_overlaps(const void *a, uint64_t an, const void *b, uint64_t bn) {
-  if (!a || !b || !an || !bn) return 0;
-  const uint64_t x = (uint64_t)(uintptr_t)a, y = (uint64_t)(uintptr_t)b;
-  return x < y ? y - x < an : x - y < bn;
-}
 /* The header's aliasing rule over the extents a launch's sizes give: the tensors it writes
    (state, output) overlap nothing else of the call. `out_rows`: the output rows it writes (decode:
    batch, prefill: num_compress); `in_rows`: the input rows it reads. */
 static int fz_tensors_alias(const fz_instance *I, const void *state, int64_t pages, const void *input, int64_t in_rows,
-                            const float *ape, const void *output, int64_t output_rows, int64_t out_rows, const void *p1,
-                            uint64_t p1_bytes, const void *p2, uint64_t p2_bytes) {
+                            const float *ape, const void *output, int64_t out_rows, const void *p1, uint64_t p1_bytes,
+                            const void *p2, uint64_t p2_bytes) {
   const int need_output = out_rows > 0; /* the launch checks ape and output only when it writes outputs */
-  (void)output_rows;
   const uint64_t sb = (uint64_t)pages * 128 * 2 * I->head_dim * fz_es(I->buf);
   const uint64_t ob = need_output ? (uint64_t)out_rows * I->head_dim * fz_es(I->out) : 0;
   const uint64_t ib = (uint64_t)in_rows * 2 * I->head_dim * fz_es(I->in),
@@ -140,7 +133,6 @@ typedef struct fz_expect {
 } fz_expect;
 #define FZ_BIT(st) (1u << (int)(st))
 static uint32_t fz_bit_of(c128_status st) { return (unsigned)st < 32u ? 1u << (unsigned)st : 0u; }
-static int fz_misaligned(const void *p, size_t a) { return (uintptr_t)p % a != 0; }
 
 /* The compiled instance named by (head_dim, dtypes), or -1: the generic launch's lookup. */
 static int fz_find_instance(int32_t D, int32_t sd, int32_t id, int32_t od) {
@@ -507,9 +499,9 @@ static void fz_mode_prefill(fz_reader *r) {
     const void *plans = b.compress_plans;
     fz_alias(corrupt, &b.state, &b.input, &b.ape, &b.output, &plans);
     b.compress_plans = (const c128_compress_plan *)plans;
-    aliased = fz_tensors_alias(I, b.state, b.state_pages, b.input, b.input_rows, b.ape, b.output, b.output_rows,
-                               b.num_compress, b.compress_plans, (uint64_t)b.num_compress * 16, b.write_plans,
-                               (uint64_t)b.num_write * 8);
+    aliased =
+        fz_tensors_alias(I, b.state, b.state_pages, b.input, b.input_rows, b.ape, b.output, b.num_compress,
+                         b.compress_plans, (uint64_t)b.num_compress * 16, b.write_plans, (uint64_t)b.num_write * 8);
     if (aliased) a = b;
     fz_add_context(" aliased %d", aliased);
   }
@@ -535,7 +527,7 @@ static void fz_mode_prefill(fz_reader *r) {
     e.always |= FZ_BIT(C128_ERROR_NEGATIVE_SIZE);
   if (a.input_rows > 65536) e.always |= FZ_BIT(C128_ERROR_TOO_MANY_ROWS);
   if (a.num_compress > 65536 || a.num_write > 65536) e.always |= FZ_BIT(C128_ERROR_TOO_MANY_PLANS);
-  if (FZ_MAX_PREFILL_GROUP > 1 && !wgroup_valid) e.always |= FZ_BIT(C128_ERROR_INVALID_GROUP);
+  if (!wgroup_valid) e.always |= FZ_BIT(C128_ERROR_INVALID_GROUP);
   if (a.output_rows < a.num_compress) e.work |= FZ_BIT(C128_ERROR_OUTPUT_TOO_SMALL);
   if ((a.num_compress > 0 && !a.compress_plans) || (a.num_write > 0 && !a.write_plans))
     e.work |= FZ_BIT(C128_ERROR_NULL_POINTER);
@@ -579,7 +571,7 @@ static void fz_mode_prefill(fz_reader *r) {
   }
 
   const int32_t wgroup2 = 1 + rd_below(r, FZ_MAX_PREFILL_GROUP);
-  if (!rejected && !conflict && FZ_MAX_PREFILL_GROUP > 1 && wgroup2 != wgroup) {
+  if (!rejected && !conflict && wgroup2 != wgroup) {
     /* Results do not depend on how compress plans are grouped into blocks. */
     void *state2 = fz_clone(state0, state_bytes), *output2 = fz_clone(output0, out_bytes);
     c128_prefill_args a2 = clean;
@@ -769,7 +761,7 @@ static void fz_mode_decode(fz_reader *r) {
   a.state = state, a.state_pages = P, a.input = input, a.ape = ape, a.output = output, a.output_rows = O;
   a.plans = plans, a.batch = B, a.layout = lay;
   const int group_valid = group >= 0 && group <= FZ_MAX_GROUP;
-  if (FZ_MAX_GROUP > 1) fz_set_group(&a, group);
+  fz_set_group(&a, group);
   const c128_decode_args clean = a;
   const int typed = (flags >> 5) & 1;
   fz_corrupt_decode(&a, corrupt);
@@ -779,12 +771,12 @@ static void fz_mode_decode(fz_reader *r) {
     const void *pl = b.plans;
     fz_alias(corrupt, &b.state, &b.input, &b.ape, &b.output, &pl);
     b.plans = (const c128_decode_plan *)pl;
-    aliased = fz_tensors_alias(I, b.state, b.state_pages, b.input, b.batch, b.ape, b.output, b.output_rows, b.batch,
-                               b.plans, (uint64_t)b.batch * 16, NULL, 0);
+    aliased = fz_tensors_alias(I, b.state, b.state_pages, b.input, b.batch, b.ape, b.output, b.batch, b.plans,
+                               (uint64_t)b.batch * 16, NULL, 0);
     if (aliased) a = b;
     fz_add_context(" aliased %d", aliased);
   }
-  const int64_t G = FZ_MAX_GROUP > 1 && group_valid ? fz_host_group(&clean) : 1; /* requests per block */
+  const int64_t G = group_valid ? fz_host_group(&clean) : 1; /* requests per block */
 
   const int valid_layout = fz_layout_valid(lay);
   const fz_layout L = fz_layout_of(P, lay);
@@ -819,9 +811,7 @@ static void fz_mode_decode(fz_reader *r) {
   fz_expect_common(&e, I, typed, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype, a.state_pages, a.layout);
   if (a.batch < 0 || a.output_rows < 0) e.always |= FZ_BIT(C128_ERROR_NEGATIVE_SIZE);
   if (a.batch > INT32_MAX / (D / 64)) e.always |= FZ_BIT(C128_ERROR_TOO_MANY_PLANS);
-#ifdef C128_MAX_DECODE_GROUP
   if (!group_valid) e.always |= FZ_BIT(C128_ERROR_INVALID_GROUP);
-#endif
   if (a.output_rows < a.batch) e.work |= FZ_BIT(C128_ERROR_OUTPUT_TOO_SMALL);
   if (!a.plans) e.work |= FZ_BIT(C128_ERROR_NULL_POINTER);
   if (fz_misaligned(a.plans, 16)) e.work |= FZ_BIT(C128_ERROR_MISALIGNED);
@@ -864,7 +854,7 @@ static void fz_mode_decode(fz_reader *r) {
   }
 
   const int32_t group2 = 1 + rd_below(r, FZ_MAX_GROUP);
-  if (!rejected && !conflict && !any_written && FZ_MAX_GROUP > 1 && group2 != G) {
+  if (!rejected && !conflict && !any_written && group2 != G) {
     /* Results do not depend on how requests are grouped into blocks. */
     void *state2 = fz_clone(state0, state_bytes), *output2 = fz_clone(output0, out_bytes);
     c128_decode_args a2 = clean;

@@ -3,7 +3,7 @@
    requests (or the page table) while the planners run. Part of fuzz_c128.cu.
 
    Property 3 (SPEC 5 and the header's rules): the host planner's status is exactly the model's
-   (m_plan_status: the argument checks in the planner's order, then per request in batch order
+   (the argument checks in the planner's order, then per request in batch order
    its own checks, the row limit and its pages, then the capacity, then pages shared between
    requests; absent requests {any, 0, 0} skipped); a successful plan is SPEC 5 byte for byte and
    passes the plan checker (the planner never emits a batch its checker rejects); a refused
@@ -84,12 +84,6 @@ static int64_t rd_huge_requests(fz_reader *r) {
   }
 }
 
-/* [a, a + an) and [b, b + bn) overlap; empty ranges overlap nothing. */
-static int fz_overlap(const void *a, uint64_t an, const void *b, uint64_t bn) {
-  if (!a || !b || !an || !bn) return 0;
-  const uint64_t x = (uint64_t)(uintptr_t)a, y = (uint64_t)(uintptr_t)b;
-  return x < y ? y - x < an : x - y < bn;
-}
 static uint64_t fz_table_bytes(const c128_ring *ring) {
   if (!ring->page_table || ring->num_pool <= 0) return 0;
   return (uint64_t)ring->num_pool * (uint64_t)ring->page_table_stride * 4u;
@@ -244,15 +238,16 @@ typedef struct fz_region {
   const void *p;
   size_t n;
 } fz_region;
-static void fz_check_outside(const char *base, const char *before, size_t n, const fz_region *reg, int nreg,
-                             const char *who) {
+static void fz_check_outside(int property, const char *base, const char *before, size_t n, const fz_region *reg,
+                             int nreg, const char *who) {
   for (size_t k = 0; k < n; ++k) {
     const char *at = base + k;
     int inside = 0;
     for (int i = 0; i < nreg && !inside; ++i)
       inside = at >= (const char *)reg[i].p && at < (const char *)reg[i].p + reg[i].n;
     if (!inside)
-      FZ_CHECK(6, base[k] == before[k], "%s wrote byte %zu of its arena, outside the arrays it may write", who, k);
+      FZ_CHECK(property, base[k] == before[k], "%s wrote byte %zu of its arena, outside the arrays it may write", who,
+               k);
   }
 }
 
@@ -430,13 +425,13 @@ static void fz_mode_planner(fz_reader *r) {
     else if (n_call > INT32_MAX / 2) want = C128_ERROR_TOO_MANY_PLANS;
     else { /* the entries it writes (every one: the arrays are padded) against what it reads */
       const int aliased =
-          fz_overlap(hq, (uint64_t)n_call * 12, pp->compress, (uint64_t)pp->capacity * 16) ||
-          fz_overlap(hq, (uint64_t)n_call * 12, pp->write, (uint64_t)pp->capacity * 8) ||
-          fz_overlap(pp->compress, (uint64_t)pp->capacity * 16, pp->write, (uint64_t)pp->capacity * 8) ||
-          fz_overlap(hring.page_table, fz_table_bytes(&hring), pp->compress, (uint64_t)pp->capacity * 16) ||
-          fz_overlap(hring.page_table, fz_table_bytes(&hring), pp->write, (uint64_t)pp->capacity * 8) ||
-          fz_overlap(pp, sizeof *pp, pp->compress, (uint64_t)pp->capacity * 16) ||
-          fz_overlap(pp, sizeof *pp, pp->write, (uint64_t)pp->capacity * 8);
+          fz_overlaps(hq, (uint64_t)n_call * 12, pp->compress, (uint64_t)pp->capacity * 16) ||
+          fz_overlaps(hq, (uint64_t)n_call * 12, pp->write, (uint64_t)pp->capacity * 8) ||
+          fz_overlaps(pp->compress, (uint64_t)pp->capacity * 16, pp->write, (uint64_t)pp->capacity * 8) ||
+          fz_overlaps(hring.page_table, fz_table_bytes(&hring), pp->compress, (uint64_t)pp->capacity * 16) ||
+          fz_overlaps(hring.page_table, fz_table_bytes(&hring), pp->write, (uint64_t)pp->capacity * 8) ||
+          fz_overlaps(pp, sizeof *pp, pp->compress, (uint64_t)pp->capacity * 16) ||
+          fz_overlaps(pp, sizeof *pp, pp->write, (uint64_t)pp->capacity * 8);
       /* the batch as the planner reads it: the request array where it lies */
       want = m_prefill_batch(&mr, hq, n_call, verify, pp->capacity, aliased, &nc, &nw);
     }
@@ -444,8 +439,8 @@ static void fz_mode_planner(fz_reader *r) {
     if (n_call < 0) want = C128_ERROR_NEGATIVE_SIZE;
     else if (n_call > INT32_MAX / 2) want = C128_ERROR_TOO_MANY_PLANS;
     else if (n_call == 0) want = C128_SUCCESS;
-    else if (fz_overlap(hq, (uint64_t)n_call * 12, hd, (uint64_t)n_call * 16) ||
-             fz_overlap(hring.page_table, fz_table_bytes(&hring), hd, (uint64_t)n_call * 16))
+    else if (fz_overlaps(hq, (uint64_t)n_call * 12, hd, (uint64_t)n_call * 16) ||
+             fz_overlaps(hring.page_table, fz_table_bytes(&hring), hd, (uint64_t)n_call * 16))
       want = C128_ERROR_ALIASED;
     else want = m_decode_batch(&mr, hq, n_call);
   }
@@ -463,7 +458,7 @@ static void fz_mode_planner(fz_reader *r) {
 
   {
     const fz_region reg[3] = {{hc, cbytes}, {hw, wbytes}, {hd, dbytes}};
-    fz_check_outside(arena, arena0, arena_bytes, reg, 3, "host planner");
+    fz_check_outside(6, arena, arena0, arena_bytes, reg, 3, "host planner");
   }
   if (scribble) {
     FZ_CHECK(6, fz_status_known(hst), "host planner with a scribbler: status %d outside the enum", (int)hst);
@@ -665,9 +660,9 @@ static void fz_mode_planner(fz_reader *r) {
       const uint64_t inn[2] = {(uint64_t)b.num_requests * 12, fz_table_bytes(&b.ring)};
       for (int i = 0; i < 6 && want_dev == C128_SUCCESS; ++i) {
         for (int j = i + 1; j < 6; ++j)
-          if (fz_overlap(out[i], outn[i], out[j], outn[j])) want_dev = C128_ERROR_ALIASED;
+          if (fz_overlaps(out[i], outn[i], out[j], outn[j])) want_dev = C128_ERROR_ALIASED;
         for (int j = 0; j < 2; ++j)
-          if (fz_overlap(out[i], outn[i], in[j], inn[j])) want_dev = C128_ERROR_ALIASED;
+          if (fz_overlaps(out[i], outn[i], in[j], inn[j])) want_dev = C128_ERROR_ALIASED;
       }
     }
   }
@@ -683,14 +678,9 @@ static void fz_mode_planner(fz_reader *r) {
         FZ_CHECK(4, *b.status == (int32_t)bst, "device planner refused its arguments (%s) but *status is %d",
                  c128_status_string(bst), *b.status);
       /* Nothing else written: the arena is as it was but for status and counts. */
-      for (size_t k = 0; k < dev_bytes; ++k) {
-        const char *p = dev + k;
-        if (status_usable && p >= (const char *)b.status && p < (const char *)b.status + 4) continue;
-        if (counts_usable && p >= (const char *)b.counts && p < (const char *)b.counts + 16) continue;
-        FZ_CHECK(4, dev[k] == dev0[k], "device planner refused its arguments (%s) but wrote byte %zu of its arena",
-                 c128_status_string(bst), k);
-      }
-      if (status_usable && counts_usable && !fz_overlap(b.status, 4, b.counts, 16))
+      const fz_region may[2] = {{b.status, status_usable ? 4u : 0u}, {b.counts, counts_usable ? 16u : 0u}};
+      fz_check_outside(4, dev, dev0, dev_bytes, may, 2, "device planner refusing its arguments");
+      if (status_usable && counts_usable && !fz_overlaps(b.status, 4, b.counts, 16))
         FZ_CHECK(4, b.counts[0] == 0 && b.counts[1] == 0, "device planner refused its arguments but counts %lld/%lld",
                  (long long)b.counts[0], (long long)b.counts[1]);
     }
@@ -758,7 +748,7 @@ static void fz_mode_planner(fz_reader *r) {
     memset(clean, 0xEE, dev_bytes);
     const fz_region reg[6] = {{a.workspace, ws_bytes},     {dc, cbytes}, {dw, wbytes}, {dd, dbytes},
                               {counts, counts ? 16u : 0u}, {status, 4}};
-    fz_check_outside(dev, clean, dev_bytes, reg, 6, "device planner");
+    fz_check_outside(6, dev, clean, dev_bytes, reg, 6, "device planner");
     free(clean);
   }
   free(dev), free(arena), free(arena0), free(q), free(table);

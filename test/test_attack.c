@@ -387,7 +387,7 @@ Test(cpu, attack_property_check_equals_launch) { /* class 3 */
       a.head_dim = Dm;
       memcpy(&a.state_dtype, &dt[0], 4), memcpy(&a.input_dtype, &dt[1], 4), memcpy(&a.output_dtype, &dt[2], 4);
       a.state = state, a.state_pages = a_pages, a.input = input, a.ape = ape, a.output = out, a.output_rows = a_out;
-      a.plans = p1, a.batch = c1 == n1 || c1 < 0 || c1 > INT32_MAX / 2 ? c1 : n1, a.layout = lay;
+      a.plans = p1, a.batch = c1 <= n1 || c1 > INT32_MAX / 2 ? c1 : n1, a.layout = lay;
       a.requests_per_block = group;
       snprintf(what, sizeof what,
                "decode h%d dtypes %d/%d/%d pages %lld output_rows %lld batch %lld layout {%d,%d,%d} "
@@ -406,8 +406,8 @@ Test(cpu, attack_property_check_equals_launch) { /* class 3 */
       memcpy(&a.state_dtype, &dt[0], 4), memcpy(&a.input_dtype, &dt[1], 4), memcpy(&a.output_dtype, &dt[2], 4);
       a.state = state, a.state_pages = a_pages, a.input = input, a.input_rows = a_rows, a.ape = ape;
       a.output = out, a.output_rows = a_out, a.layout = lay, a.windows_per_block = group;
-      a.compress_plans = p1, a.num_compress = c1 == n1 || c1 < 0 || c1 > C128_MAX_PREFILL_ROWS ? c1 : n1;
-      a.write_plans = p2, a.num_write = c2 == n2 || c2 < 0 || c2 > C128_MAX_PREFILL_ROWS ? c2 : n2;
+      a.compress_plans = p1, a.num_compress = c1 <= n1 || c1 > C128_MAX_PREFILL_ROWS ? c1 : n1;
+      a.write_plans = p2, a.num_write = c2 <= n2 || c2 > C128_MAX_PREFILL_ROWS ? c2 : n2;
       snprintf(what, sizeof what,
                "prefill h%d dtypes %d/%d/%d pages %lld rows %lld output_rows %lld plans %lld/%lld "
                "layout {%d,%d,%d} group %d (seed %llu)",
