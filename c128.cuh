@@ -106,10 +106,11 @@
 
    ALLOCATION
      Launches and the device planners allocate nothing. The host planners take host scratch
-     (a copy of the requests and a table of the pages the batch writes: a few KiB on the stack,
-     malloc beyond), the plan checkers 16 bytes per plan, the host runner's race checker a
-     shadow of what it touches (capped by c128_host_options.checker_limit_bytes); each returns
-     C128_ERROR_OUT_OF_MEMORY when it cannot have them.
+     (a copy of the requests and a table of the pages the batch writes, sized from the batch:
+     up to 4 KiB each on the stack, calloc beyond), the plan checkers 16 bytes per plan, the
+     host runner's race checker a shadow of what it touches (capped by
+     c128_host_options.checker_limit_bytes); each returns C128_ERROR_OUT_OF_MEMORY when it
+     cannot have them.
 
    PDL, STREAMS, GRAPHS, THREADS
      Launches synchronise nothing and keep no global state: every launch is ordered on the
@@ -926,7 +927,7 @@ C128__FN int c128__owned(const c128__params *p, int32_t logical_page) {
 }
 
 /* Plans are read-only for a launch: the non-coherent path lets their loads move ahead of the
-   kernel's stores. `guess` reads through L2 only, for the prologue's prefetch (>>block). */
+   kernel's stores. `guess` reads through L2 only, for the prologue's prefetch (>>kernels). */
 C128__FN void c128__read_plan(const void *src, void *dst, int bytes, int guess) {
 #ifdef __CUDA_ARCH__
   if (bytes == 16) *(uint4 *)dst = guess ? __ldcg((const uint4 *)src) : __ldg((const uint4 *)src);
@@ -1414,12 +1415,12 @@ C128__FN void c128__write_row(const c128__params *p, c128__trait t, int64_t inde
 /* >>kernels: the GPU drivers ------------------------------------------------------------------- */
 /* PDL (DESIGN 6.4). Dependents wait for this grid to complete (griddepcontrol.wait) before they
    read or write anything that matters, so the trigger only decides how early their launch and
-   prologue may overlap this grid: a block that folds windows triggers once its last loads are
-   out (dependents resident any earlier slowed the folds: extend 8K 16.3 against 11.7 us), a
-   block with nothing to fold as soon as it knows, the write kernel first thing. Before its own
-   wait a kernel reads nothing a predecessor may write, except as a guess: the prologue reads
-   plans through L2 only (never L1, so the real read after the wait cannot hit a stale line) and
-   uses them only as prefetch addresses. L2 is the GPU's point of coherence, so a prefetched
+   prologue may overlap this grid: a compress block that folds windows triggers once its last
+   loads are out (dependents resident any earlier slowed the folds: extend 8K 16.3 against
+   11.7 us), one with nothing to fold as soon as it knows; decode blocks (short) and the write
+   kernel trigger first thing. Before its own wait a kernel reads nothing a predecessor may
+   write, except as a guess: the prologue reads plans through L2 only (never L1, so the real
+   read after the wait cannot hit a stale line) and uses them only as prefetch addresses. L2 is the GPU's point of coherence, so a prefetched
    line is never stale; a wrong guess costs bandwidth, not results. */
 C128__DEVICE void c128__pdl_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -1448,9 +1449,10 @@ C128__DEVICE void c128__prefetch_split(const void *base, int64_t row, int half, 
       dtype, line);
 }
 
-/* Warp 0 guesses, from plans read before the wait, what the block will read first and asks L2
-   for it: in decode the group's new rows, and the first window's 128 rows. Lane k reads job k's
-   plan; the window's lines (128 rows x kv, score x 2 lines of 64 channels) go 16 to a lane. */
+/* Warp 0 asks L2, before the wait, for what the block will read first. Decode: its plans and
+   the group's new rows (inputs, which no predecessor writes), no guess. Compress: lane k guesses
+   job k's plan through L2, and the first runnable window's 128 rows (kv, score x 2 lines of 64
+   channels) go 16 lines to a lane. */
 #define C128__LINES_PER_ROW 4
 C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind, const c128__jobs *j, int tid) {
   if (tid >= C128_WARP_THREADS) return;
@@ -2329,13 +2331,18 @@ C128__FN c128_status c128__decode_plan_of(const c128_ring *r, c128_request q, c1
 }
 
 /* The pages a batch writes, each owned by one request: an open-addressing table of
-   (page + 1) << 32 | request, 0 = empty, at least twice as many slots as the batch can write
-   pages before its row limit (512 + 2 per request). Insertion is lock-free, so the device
-   planner's threads share it; a page met with another request's id marks the batch. */
-C128__FN int64_t c128__page_table_slots(int64_t requests) {
+   (page + 1) << 32 | request, 0 = empty, with at least twice as many slots as pages it will
+   hold. Insertion is lock-free, so the device planner's threads share it; a page met with
+   another request's id marks the batch. */
+C128__FN int64_t c128__claim_slots(int64_t pages) {
   int64_t slots = 64;
-  while (slots < 2 * (C128_MAX_PREFILL_ROWS / C128_WINDOW + 2 * requests)) slots *= 2;
+  while (slots < 2 * pages) slots *= 2;
   return slots;
+}
+/* The device workspace's table, sized before any request is read: the pages a batch can write
+   before its row limit (512 + 2 per request). The host planners size theirs from the batch. */
+C128__FN int64_t c128__page_table_slots(int64_t requests) {
+  return c128__claim_slots(C128_MAX_PREFILL_ROWS / C128_WINDOW + 2 * requests);
 }
 C128__FN uint64_t c128__cas64(uint64_t *slot, uint64_t expected, uint64_t desired) {
 #ifdef __CUDA_ARCH__
@@ -2376,9 +2383,9 @@ C128__FN int c128__claim_written(const c128_ring *r, c128_request q, int64_t fir
   return 1;
 }
 
-/* Host scratch: a few KiB on the stack, malloc beyond. */
+/* Host scratch, zeroed: 4 KiB on the stack, calloc beyond. */
 typedef struct c128__scratch {
-  uint64_t stack[1024];
+  uint64_t stack[512];
   void *heap;
 } c128__scratch;
 static void *c128__scratch_get(c128__scratch *s, size_t bytes) {
@@ -2420,20 +2427,19 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
   if (capacity > 0 && (!compress || !write)) return C128_ERROR_NULL_POINTER;
   if (c128__misaligned(compress, sizeof *compress) || c128__misaligned(write, sizeof *write))
     return C128_ERROR_MISALIGNED;
-  const int64_t slots = c128__page_table_slots(num_requests);
-  c128__scratch scratch;
-  c128_request *q = (c128_request *)c128__scratch_get(
-      &scratch, (size_t)num_requests * sizeof *q + (size_t)slots * sizeof(uint64_t) + sizeof(uint64_t));
+  c128__scratch request_scratch, claim_scratch;
+  claim_scratch.heap = NULL;
+  c128_request *q = (c128_request *)c128__scratch_get(&request_scratch, (size_t)num_requests * sizeof *q);
   if (!q) return C128_ERROR_OUT_OF_MEMORY;
-  uint64_t *claimed = (uint64_t *)(((uintptr_t)(q + num_requests) + 7) & ~(uintptr_t)7);
   memcpy(q, requests, (size_t)num_requests * sizeof *q);
-  int64_t rows = 0, nc = 0, nw = 0;
+  int64_t rows = 0, nc = 0, nw = 0, pages = 0;
   for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i) {
     if ((st = c128__request_check(&r, q[i], verify)) != C128_SUCCESS || c128__absent(q[i])) continue;
     if (rows + q[i].extend_len > C128_MAX_PREFILL_ROWS) st = C128_ERROR_TOO_MANY_ROWS;
     const c128__shape s = c128__request_shape(&r, q[i]);
     if (st == C128_SUCCESS) st = c128__request_pages(&r, q[i], s);
     rows += q[i].extend_len, nc += s.num_compress, nw += s.num_write;
+    pages += s.num_write / C128_WINDOW + 2; /* the pages its written positions touch, at most */
   }
   if (st == C128_SUCCESS && (nc > capacity || nw > capacity)) st = C128_ERROR_CAPACITY_TOO_SMALL;
   /* The entries this call writes (all of them when padding) overlap nothing it reads, nor each other. */
@@ -2446,6 +2452,10 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
        c128__arrays_overlap(plans, 1, sizeof *plans, compress, wc, sizeof *compress) ||
        c128__arrays_overlap(plans, 1, sizeof *plans, write, ww, sizeof *write)))
     st = C128_ERROR_ALIASED;
+  const int64_t slots = c128__claim_slots(pages);
+  uint64_t *claimed = NULL;
+  if (st == C128_SUCCESS && !(claimed = (uint64_t *)c128__scratch_get(&claim_scratch, (size_t)slots * sizeof *claimed)))
+    st = C128_ERROR_OUT_OF_MEMORY;
   for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i)
     if (!c128__absent(q[i]) &&
         !c128__claim_written(&r, q[i], c128__request_shape(&r, q[i]).first_write, claimed, slots, i))
@@ -2454,22 +2464,21 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
      during the call) turns every entry written so far back into a sentinel. */
   const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
   const c128_write_plan no_write = C128_INVALID_WRITE_PLAN;
-  const int64_t total_c = nc, total_w = nw;
-  rows = nc = nw = 0;
+  rows = nc = nw = 0; /* the counts again: the shapes come from the private copy, so they match */
   for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i) {
     if (c128__absent(q[i])) continue;
     const c128__shape s = c128__request_shape(&r, q[i]);
-    for (int64_t m = 0; m < s.num_compress && st == C128_SUCCESS && nc < total_c; ++m) {
+    for (int64_t m = 0; m < s.num_compress && st == C128_SUCCESS; ++m) {
       c128_compress_plan c;
       if ((st = c128__compress_plan_of(&r, q[i], s, m, rows, &c)) == C128_SUCCESS) compress[nc++] = c;
     }
-    for (int64_t m = 0; m < s.num_write && st == C128_SUCCESS && nw < total_w; ++m) {
+    for (int64_t m = 0; m < s.num_write && st == C128_SUCCESS; ++m) {
       c128_write_plan w;
       if ((st = c128__write_plan_of(&r, q[i], s, m, rows, &w)) == C128_SUCCESS) write[nw++] = w;
     }
     rows += q[i].extend_len;
   }
-  free(scratch.heap);
+  free(request_scratch.heap), free(claim_scratch.heap);
   if (st != C128_SUCCESS) {
     for (int64_t k = 0; k < nc; ++k) compress[k] = no_compress;
     for (int64_t k = 0; k < nw; ++k) write[k] = no_write;
@@ -2498,7 +2507,7 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
   if (c128__arrays_overlap(requests, batch, sizeof *requests, plans, batch, sizeof *plans) ||
       c128__ring_overlaps(&r, plans, batch, sizeof *plans))
     return C128_ERROR_ALIASED;
-  const int64_t slots = c128__page_table_slots(batch);
+  const int64_t slots = c128__claim_slots(batch); /* one page per request */
   c128__scratch scratch;
   c128_decode_plan *d =
       (c128_decode_plan *)c128__scratch_get(&scratch, (size_t)batch * sizeof *d + (size_t)slots * sizeof(uint64_t));
