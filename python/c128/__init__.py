@@ -147,7 +147,9 @@ def prefill_group_size(num_compress: int, head_dim: int, sm_count: int) -> int:
 
 # ---- argument checks ------------------------------------------------------------------------------
 def _int(value: Any, name: str, bounds: Tuple[int, int]) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool):  # an int subclass, but never a count or a size
+        raise TypeError(f"{name}: expected an integer, got a bool")
+    if not isinstance(value, int):
         try:
             value = value.__index__()  # NumPy integers
         except (AttributeError, TypeError):
@@ -766,12 +768,17 @@ def requests(pool_indices: Any, seq_lens: Any, extend_lens: Any = None) -> Any:
     """A request array (int32 [n, 3]: pool_index, seq_len, extend_len) from three sequences;
     extend_lens defaults to 1 each (a decode batch)."""
     np = _numpy()
-    try:
-        pool = np.asarray(pool_indices, dtype=np.int64).reshape(-1)
-        seq = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
-        ext = np.ones_like(seq) if extend_lens is None else np.asarray(extend_lens, dtype=np.int64).reshape(-1)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"requests: expected three integer sequences ({e})") from e
+
+    def column(values: Any, name: str) -> Any:
+        try:
+            return np.asarray(values, dtype=np.int64).reshape(-1)
+        except OverflowError:
+            raise ValueError(f"{name}: values do not fit int32") from None
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"requests: expected three integer sequences ({e})") from e
+
+    pool, seq = column(pool_indices, "pool_indices"), column(seq_lens, "seq_lens")
+    ext = np.ones_like(seq) if extend_lens is None else column(extend_lens, "extend_lens")
     if not len(pool) == len(seq) == len(ext):
         raise ValueError(f"requests: pool_indices, seq_lens, extend_lens have lengths {len(pool)}, {len(seq)}, "
                          f"{len(ext)}")
@@ -785,12 +792,15 @@ def requests(pool_indices: Any, seq_lens: Any, extend_lens: Any = None) -> Any:
 def _requests_view(reqs: Any, on_host: Optional[bool], stream: int) -> Tuple[View, Any, int]:
     """(view, the object to keep alive, count) of a request tensor; lists become NumPy arrays."""
     keep = reqs
-    if isinstance(reqs, (list, tuple)):
+    if isinstance(reqs, (list, tuple)):  # rows of (pool_index, seq_len, extend_len), range-checked by requests()
         np = _numpy()
         try:
-            keep = np.ascontiguousarray(np.asarray(reqs, dtype=np.int32).reshape(-1, 3))
+            rows = np.asarray(reqs, dtype=np.int64).reshape(-1, 3)
+        except OverflowError as e:
+            raise ValueError(f"requests: values do not fit int32 ({e})") from e
         except (TypeError, ValueError) as e:
             raise TypeError(f"requests: expected [n, 3] integers (pool_index, seq_len, extend_len) ({e})") from e
+        keep = requests(rows[:, 0], rows[:, 1], rows[:, 2])
     v = view(keep, "requests", stream)
     n = _records(v, "requests", REQUEST_BYTES, "request")
     if v.dtype not in ("i32", "u32", "void12"):
@@ -833,7 +843,7 @@ def plan_decode(ring: Ring, requests: Any, out: Any = None) -> Any:
     r, table = _ring(ring, True)
     req, keep, n = _requests_view(requests, True, 0)
     if out is None:
-        out = _new_records(max(n, 0), "DECODE_PLAN_DTYPE")
+        out = _new_records(n, "DECODE_PLAN_DTYPE")
     o = _plan_out(out, "out", n, DECODE_PLAN_BYTES, "decode plan", True, None, 0)
     _lib.check(_lib.plan_decode(byref(r), req.ptr, n, o.ptr), "c128_plan_decode")
     del keep, table
@@ -997,7 +1007,7 @@ def bf16_from_float(values: Any) -> Any:
     """float32 values -> bf16 bit patterns (NumPy uint16), rounded to nearest even as the
     library rounds (c128_bf16_from_float; NaN stays a quiet NaN)."""
     np = _numpy()
-    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    u = _numbers(values, np.float32, "values").view(np.uint32)
     rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
     nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
     return np.where(nan, ((u >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16), rounded)
@@ -1006,7 +1016,20 @@ def bf16_from_float(values: Any) -> Any:
 def bf16_to_float(bits: Any) -> Any:
     """bf16 bit patterns (uint16) -> float32 (exact)."""
     np = _numpy()
-    return (np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return (_numbers(bits, np.uint16, "bits").astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def _numbers(values: Any, dtype: Any, name: str) -> Any:
+    """values as a contiguous NumPy array of dtype, or a TypeError / ValueError naming them."""
+    np = _numpy()
+    if values is None:
+        raise TypeError(f"{name}: expected numbers, got None")
+    try:
+        return np.ascontiguousarray(values, dtype=dtype)
+    except OverflowError as e:
+        raise ValueError(f"{name}: values do not fit {np.dtype(dtype).name} ({e})") from None
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name}: expected numbers ({e})") from None
 
 
 __version__: str = build_info().version

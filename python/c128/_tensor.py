@@ -115,8 +115,8 @@ def _from_torch(t: Any, name: str, torch: Any) -> View:
 
 
 # ---- DLPack ----------------------------------------------------------------------------------------
-def _compact(shape: Tuple[int, ...], strides: Optional[Tuple[int, ...]], itemsize: int) -> bool:
-    """Row-major and dense; strides in units of itemsize. Extents of 1 may have any stride."""
+def _compact(shape: Tuple[int, ...], strides: Optional[Tuple[int, ...]]) -> bool:
+    """Row-major and dense; strides in elements. Extents of 1 may have any stride."""
     if strides is None or 0 in shape:
         return True
     expected = 1
@@ -181,7 +181,7 @@ def _from_dlpack(obj: Any, name: str, stream: int) -> View:
     if kind is None:
         raise ValueError(f"{name}: DLPack device type {dev_type} is not supported (CPU, CUDA, CUDA host/managed)")
     return View(data + offset, shape, dtype, ITEMSIZE[dtype], (kind, dev_id if kind == CUDA else 0),
-                _compact(shape, strides, 1), bool(flags & _DL_READ_ONLY), "dlpack", capsule)
+                _compact(shape, strides), bool(flags & _DL_READ_ONLY), "dlpack", capsule)
 
 
 # ---- array interfaces ------------------------------------------------------------------------------
@@ -208,8 +208,7 @@ def _from_interface(obj: Any, name: str, iface: dict, device: Tuple[str, int], s
         raise TypeError(f"{name}: {source} without a data pointer (buffer-protocol arrays are not supported)")
     ptr, readonly = int(data[0]), bool(data[1])
     strides = iface.get("strides")
-    contiguous = strides is None or _compact(shape, tuple(s // itemsize if s % itemsize == 0 else -1 for s in strides),
-                                             1)
+    contiguous = strides is None or _compact(shape, tuple(s // itemsize if s % itemsize == 0 else -1 for s in strides))
     if source == "cuda_array_interface":
         producer = iface.get("stream")
         same = producer is None or producer == stream or {producer, stream} <= {0, 1}

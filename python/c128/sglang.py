@@ -42,7 +42,7 @@ from __future__ import annotations
 import sys
 from typing import Any, NamedTuple, Optional, Tuple
 
-from . import decode, prefill
+from . import _INT32, _int, decode, prefill
 from ._tensor import describe
 
 __all__ = ["compress_forward", "DecodePlan", "PrefillPlan"]
@@ -99,8 +99,9 @@ def compress_forward(kv_score_buffer: Any, kv_score_input: Any, ape: Any, plan: 
     :func:`c128.prefill` (compress, then write). Returns ``out``. See the module docstring for
     the tensors and dtypes it accepts and what it refuses.
     """
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int):
-        raise TypeError(f"head_dim: expected an integer, got {describe(head_dim)}")
+    head_dim = _int(head_dim, "head_dim", _INT32)
+    if head_dim <= 0:
+        raise ValueError(f"head_dim: expected a positive head_dim, got {head_dim}")
     if isinstance(compress_ratio, bool) or not isinstance(compress_ratio, int) or compress_ratio != 128:
         raise ValueError(f"compress_ratio: c128 implements ratio 128 only, got {compress_ratio!r} (ratio 4 stays "
                          f"with SGLang's kernel)")

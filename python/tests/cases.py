@@ -148,7 +148,7 @@ def decode_case(inst: c128.Instance, rng: np.random.Generator, scale: float, fil
     x = random_rows(rng, batch, d, inst.input_dtype, scale)
     pool = rng.permutation(pages)[:batch]
     order = rng.permutation(batch)  # padding rows anywhere in the batch
-    reqs, windows, expected_writes = [], {}, []
+    reqs, windows = [], {}
     slot_of = {}
     for b in range(batch):
         k = int(order[b])
@@ -167,7 +167,6 @@ def decode_case(inst: c128.Instance, rng: np.random.Generator, scale: float, fil
     expected = state.copy()
     for b, (page, slot) in slot_of.items():
         expected[page, slot] = convert(x[b], inst.input_dtype, inst.state_dtype)
-        expected_writes.append((page, slot))
     output = poison((batch + 1, d), inst.output_dtype)
     return Case(inst, state, x, ape, output, (plans,), expected, windows)
 
