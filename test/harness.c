@@ -104,12 +104,6 @@ void require_backend(backend be) {
   if (be == BACKEND_GPU && !gpu_present()) cr_skip_test("no CUDA device present: GPU test skipped");
 }
 
-#define CUDA_OK(call)                                                           \
-  do {                                                                          \
-    cudaError_t err_ = (call);                                                  \
-    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_)); \
-  } while (0)
-
 static void *to_device(const void *host, size_t bytes) {
   void *d = NULL;
   if (!host) return NULL;
@@ -128,7 +122,7 @@ static size_t out_bytes(const c128_instance_info *f, int64_t rows) {
   return (size_t)rows * (size_t)f->head_dim * dtype_size(f->output_dtype);
 }
 
-static c128_host_options cpu_options(int reverse, char *msg, size_t size) {
+c128_host_options cpu_options(int reverse, char *msg, size_t size) {
   c128_host_options o = {0};
   o.check_races = 1;
   o.reverse_blocks = reverse;

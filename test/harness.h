@@ -29,6 +29,14 @@ void rows_fill(void *base, size_t rows, int head_dim, c128_dtype dtype, rng *r, 
 float *ape_make(int head_dim, rng *r);
 void poison(void *base, size_t bytes); /* NaN in f32 and bf16 */
 void *clone_bytes(const void *src, size_t bytes);
+/* Host runner options: the race checker on, blocks reversed or not, the message into msg. */
+c128_host_options cpu_options(int reverse, char *msg, size_t size);
+/* A CUDA call that must succeed (in a Criterion test). */
+#define CUDA_OK(call)                                                           \
+  do {                                                                          \
+    cudaError_t err_ = (call);                                                  \
+    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_)); \
+  } while (0)
 /* Row `row` of a kv|score tensor widened to f32 (2 * head_dim floats). */
 void row_widen(const void *base, size_t row, int head_dim, c128_dtype dtype, float *dst);
 /* An input row as the state stores it: converted to the state dtype (bits kept when equal). */

@@ -17,12 +17,6 @@
 
 #include "harness.h"
 
-#define CUDA_OK(call)                                                           \
-  do {                                                                          \
-    cudaError_t err_ = (call);                                                  \
-    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_)); \
-  } while (0)
-
 /* ---- helpers ------------------------------------------------------------------------------- */
 enum { D = 128, PAGES = 4, ROWS = 300, MAXP = 16 };
 
@@ -110,13 +104,6 @@ static c128_prefill_args prefill_of(tensors *t) {
   a.output = t->out, a.output_rows = 2, a.compress_plans = t->cplans, a.num_compress = 2;
   a.write_plans = t->wplans, a.num_write = 2;
   return a;
-}
-static c128_host_options checking(char *msg, size_t size) {
-  c128_host_options o;
-  memset(&o, 0, sizeof o);
-  o.check_races = 1, o.message = msg, o.message_size = size;
-  if (msg && size) msg[0] = 0;
-  return o;
 }
 
 /* Statuses a launch gives only after it looked at the tensors or ran (the checker sees neither). */
@@ -244,7 +231,7 @@ Test(cpu, attack_checker_refuses_what_the_launch_refuses) { /* class 3 */
     c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
     const c128_status check = decode ? c128_check_decode_plans(&d, &rep) : c128_check_prefill_plans(&p, &rep);
     char msg[256];
-    c128_host_options o = checking(msg, sizeof msg);
+    c128_host_options o = cpu_options(0, msg, sizeof msg);
     const c128_status launch = decode ? c128_decode_host(&d, &o) : c128_prefill_host(&p, &o);
     const c128_status gpu = decode ? c128_decode(&d, 0) : c128_prefill(&p, 0); /* refused before any CUDA call */
     cr_assert_eq(check, want, "case %d: checker %s, want %s", c, STATUS(check), STATUS(want));
@@ -378,7 +365,7 @@ Test(cpu, attack_property_check_equals_launch) { /* class 3 */
     for (int64_t k = 0; k < n2; ++k) ((c128_write_plan *)p2)[k] = random_write_plan(&r, rows, span < 6 ? span : 6);
     c128_status check, launch, gpu = C128_SUCCESS;
     char what[200], msg[256];
-    c128_host_options o = checking(msg, sizeof msg);
+    c128_host_options o = cpu_options(0, msg, sizeof msg);
     o.reverse_blocks = (int32_t)below(&r, 2);
     c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
     if (decode) {
@@ -890,7 +877,7 @@ static c128_status prefill_one(tensors *t, c128_shared_layout lay, c128_compress
   t->cplans[0] = plan;
   a.num_compress = 1, a.num_write = 0, a.output_rows = 1, a.state_pages = pages, a.layout = lay, a.output = out;
   char msg[256];
-  c128_host_options o = checking(msg, sizeof msg);
+  c128_host_options o = cpu_options(0, msg, sizeof msg);
   return c128_prefill_host(&a, &o);
 }
 Test(cpu, attack_shared_layout_past_2_30_ranks) { /* class 6 */
@@ -941,7 +928,7 @@ Test(cpu, attack_shared_layout_past_2_30_ranks) { /* class 6 */
   d.batch = e.batch = 1, d.output_rows = e.output_rows = 1, d.state_pages = e.state_pages = 2;
   e.layout = (c128_shared_layout){0, INT32_MAX, 1};
   char msg[256];
-  c128_host_options o = checking(msg, sizeof msg);
+  c128_host_options o = cpu_options(0, msg, sizeof msg);
   cr_assert_eq(c128_decode_host(&d, &o), C128_SUCCESS);
   cr_assert_eq(c128_decode_host(&e, &o), C128_SUCCESS);
   cr_assert(memcmp(t->out, u->out, D * sizeof(float)) == 0, "INT32_MAX ranks: the boundary window differs");
@@ -993,7 +980,7 @@ Test(cpu, attack_race_checker_mixed_dtype_overlap) { /* class 7 */
       break;
     }
     char msg[256];
-    c128_host_options o = checking(msg, sizeof msg);
+    c128_host_options o = cpu_options(0, msg, sizeof msg);
     o.reverse_blocks = kind & 1;
     const c128_status st = c128_prefill_host(&a, &o);
     cr_assert_eq(st, want, "case %d: %s (%s)", kind, STATUS(st), msg);
@@ -1036,7 +1023,7 @@ Test(cpu, attack_read_only_tensors_may_overlap) { /* the ALIASING rule's other h
   c128_prefill_args a = prefill_of(t), b = prefill_of(u);
   a.input = shared, a.ape = ape_in, a.compress_plans = cp_in, a.write_plans = wp_in;
   char msg[256];
-  c128_host_options o = checking(msg, sizeof msg);
+  c128_host_options o = cpu_options(0, msg, sizeof msg);
   cr_assert_eq(c128_prefill_host(&a, &o), C128_SUCCESS, "%s", msg);
   cr_assert_eq(c128_prefill_host(&b, &o), C128_SUCCESS, "%s", msg);
   cr_assert(memcmp(t->out, u->out, 2 * D * sizeof(float)) == 0 && memcmp(t->state, u->state, sizeof t->state) == 0,
@@ -1305,7 +1292,7 @@ Test(cpu, attack_race_checker_memory_independent_of_the_machine) { /* class 10 *
       p.ape = m->ape, p.output = m->out, p.output_rows = 1, p.compress_plans = m->cplans, p.num_compress = 1;
       p.write_plans = m->wplans, p.num_write = 2;
       char msg[256];
-      c128_host_options o = checking(msg, sizeof msg);
+      c128_host_options o = cpu_options(0, msg, sizeof msg);
       o.checker_limit_bytes = cap ? 1000 : (size_t)64 << 20; /* less than one piece of shadow, or 64 MiB */
       const c128_status want = cap ? C128_ERROR_OUT_OF_MEMORY : C128_SUCCESS;
       const c128_status ds = c128_decode_host(&d, &o), ps = c128_prefill_host(&p, &o);
@@ -1674,7 +1661,7 @@ Test(cpu, attack_every_launch_and_checker_on_every_size_edge) {
         char what[160];
         snprintf(what, sizeof what, "%s with %s = %lld", prefill ? "prefill" : "decode", fields[fi].name, (long long)v);
         char msg[256];
-        c128_host_options o = checking(msg, sizeof msg);
+        c128_host_options o = cpu_options(0, msg, sizeof msg);
         c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
         const c128_status check = prefill ? c128_check_prefill_plans(&p, &rep) : c128_check_decode_plans(&d, &rep);
         const c128_status host = prefill ? c128_prefill_host(&p, &o) : c128_decode_host(&d, &o);

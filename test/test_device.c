@@ -7,12 +7,6 @@
 
 #include "harness.h"
 
-#define CUDA_OK(call)                                                           \
-  do {                                                                          \
-    cudaError_t err_ = (call);                                                  \
-    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_)); \
-  } while (0)
-
 static void *dev_alloc(size_t bytes) {
   void *p = NULL;
   CUDA_OK(cudaMalloc(&p, bytes ? bytes : 16));
