@@ -957,7 +957,6 @@ int main(int argc, char **argv) {
     S.req[i].window = alloc_h((size_t)W * S.row_bytes);
     new_request(i);
   }
-  /* one allocation for the state and its snapshot, so that `plans inside the state` stays inside */
   S.state = alloc_k(S.state_bytes), S.snap = alloc_k(S.state_bytes);
   S.in = alloc_k((size_t)MAX_ROWS * S.row_bytes), S.out = alloc_k(S.out_bytes);
   S.plans_a = alloc_k((size_t)MAX_ROWS * sizeof(c128_compress_plan)),

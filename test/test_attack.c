@@ -666,8 +666,7 @@ static uint64_t scribble_stop(scribbler *s) {
 }
 
 /* What a planner emitted from requests that changed under it is still a batch the checker
-   accepts: whatever it read, it read once and validated. `pages_from`: the pages it may name
-   (the page table's entries), or NULL for any page inside the state. */
+   accepts (every page inside the state): whatever it read, it read once and validated. */
 static void expect_plans_checked(const c128_ring *ring, const c128_compress_plan *c, int64_t nc,
                                  const c128_write_plan *w, int64_t nw, int64_t capacity, const char *what) {
   cr_assert(nc >= 0 && nw >= 0 && nc <= capacity && nw <= capacity, "%s: counts %lld/%lld for capacity %lld", what,
@@ -892,14 +891,19 @@ Test(cpu, attack_shared_layout_past_2_30_ranks) { /* class 6 */
   cr_assert_eq(prefill_one(t, flat, plan, 2, ref), C128_SUCCESS);
   const c128_shared_layout wide[] = {{0, INT32_MAX, 1}, {0, INT32_MAX, 3}, {1, INT32_MAX, 1}};
   const c128_compress_plan at[] = {plan, plan, {128, 0, 127, 0, 2}}; /* rank 1: logical 2 -> shard 1 */
+  /* pages_per_rank 3 maps logical page 1 to physical page 3: its reference reads page 3 unsharded */
+  float ref3[D];
+  const c128_compress_plan plan3 = {128, 0, 127, 0, 3};
+  poison(ref3, sizeof ref3);
+  cr_assert_eq(prefill_one(t, flat, plan3, 4, ref3), C128_SUCCESS);
   for (int k = 0; k < 3; ++k) {
     poison(got, sizeof got);
     const c128_status st = prefill_one(t, wide[k], at[k], 2 + (k == 1 ? 2 : 0), got);
     cr_assert_eq(st, C128_SUCCESS, "layout {%d, %d, %d}: %s", wide[k].rank, wide[k].size, wide[k].pages_per_rank,
                  STATUS(st));
-    if (k != 1) /* (ppr 3 maps logical 1 to physical 3) */
-      cr_assert(memcmp(got, ref, sizeof ref) == 0, "layout {%d, %d, %d}: the window did not read physical page 1",
-                wide[k].rank, wide[k].size, wide[k].pages_per_rank);
+    cr_assert(memcmp(got, k == 1 ? ref3 : ref, sizeof ref) == 0,
+              "layout {%d, %d, %d}: the window did not read physical page %d", wide[k].rank, wide[k].size,
+              wide[k].pages_per_rank, k == 1 ? 3 : 1);
   }
   /* (b) size 3 * 2^29, rank 0, logical page 2^30: shard 2^30, far past the state, so the plan is
      skipped and the checker names it; the old code wrapped the shard to 0 and read page 0. */
