@@ -418,25 +418,34 @@ static void sc_padded_plans(const instance_entry *e, backend be, const layout_ca
   scen_config c = config(e, be, l, p.num_pool, scale);
   c.seed = scen_fresh_seed();
   c.keep_outputs = 1;
-  scenario *plain = scen_create(&c);
-  c.pad_plans = 1;
-  scenario *padded = scen_create(&c);
-  serving_mix(plain, l, &p);
-  serving_mix(padded, l, &p);
+  scenario *plain = NULL, *padded = NULL;
+  /* About one schedule in 150 closes no window in 40 steps (seeds 143, 156): the comparison would
+     then cover the state alone, so such a schedule moves on to the next seed (at most 3 times). */
+  for (int attempt = 0; attempt < 4; ++attempt, ++c.seed) {
+    if (plain) scen_destroy(plain), scen_destroy(padded);
+    c.pad_plans = 0, plain = scen_create(&c);
+    c.pad_plans = 1, padded = scen_create(&c);
+    serving_mix(plain, l, &p);
+    serving_mix(padded, l, &p);
+    if (scen_get_stats(plain).windows_checked > 0) break;
+  }
   const scen_stats a = scen_get_stats(plain), b = scen_get_stats(padded);
-  cr_assert(a.windows_checked > 0 && a.windows_checked == b.windows_checked && a.writes == b.writes);
+  cr_assert(a.windows_checked > 0 && a.windows_checked == b.windows_checked && a.writes == b.writes,
+            "plain: %lld windows, %lld writes; padded: %lld windows, %lld writes (seed %llu)",
+            (long long)a.windows_checked, (long long)a.writes, (long long)b.windows_checked, (long long)b.writes,
+            (unsigned long long)scen_seed(plain));
   cr_assert_eq(scen_num_requests(plain), scen_num_requests(padded));
   for (int id = 0; id < scen_num_requests(plain); ++id)
     for (int64_t w = 0; scen_window(plain, id, w); ++w) {
       const float *y = scen_window(padded, id, w);
       cr_assert(y && memcmp(scen_window(plain, id, w), y, (size_t)e->head_dim * sizeof(float)) == 0,
                 "request %d window %lld differs with padded plans (seed %llu)", id, (long long)w,
-                (unsigned long long)c.seed);
+                (unsigned long long)scen_seed(plain));
     }
   size_t bytes_a, bytes_b;
   const void *sa = scen_state(plain, &bytes_a), *sb = scen_state(padded, &bytes_b);
   cr_assert(bytes_a == bytes_b && memcmp(sa, sb, bytes_a) == 0, "final states differ (seed %llu)",
-            (unsigned long long)c.seed);
+            (unsigned long long)scen_seed(plain));
   log_stats("padded plans", padded);
   scen_destroy(plain);
   scen_destroy(padded);
