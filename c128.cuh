@@ -972,9 +972,9 @@ typedef struct c128__decode_job {
 } c128__decode_job;
 
 /* Decode plan b in split `split`: its job, or why it has nothing to do. */
-C128__FN int c128__decode_prepare(const c128__params *p, int64_t b, int split, int guess, c128__decode_job *job) {
+C128__FN int c128__decode_prepare(const c128__params *p, int64_t b, int split, c128__decode_job *job) {
   c128_decode_plan plan;
-  c128__read_plan((const c128_decode_plan *)p->plans + b, &plan, sizeof plan, guess);
+  c128__read_plan((const c128_decode_plan *)p->plans + b, &plan, sizeof plan, 0);
   if (plan.seq_len == 0 || plan.write_loc < 0) return C128__PADDING;
   if (b >= p->input_rows) return C128__BAD_INPUT_ROW;
   const int32_t write_page = plan.write_loc / C128_WINDOW;
@@ -1281,7 +1281,7 @@ C128__FN int c128__job_window(const c128__params *p, int kind, const c128__jobs 
   if (j->first + k >= j->end) return 0;
   if (kind == C128_PLAN_COMPRESS) return c128__compress_prepare(p, j->first + k, j->split, guess, w) == C128__RUN;
   c128__decode_job job;
-  const int runs = c128__decode_prepare(p, j->first + k, j->split, guess, &job) == C128__RUN && job.boundary;
+  const int runs = c128__decode_prepare(p, j->first + k, j->split, &job) == C128__RUN && job.boundary;
   *w = job.win;
   return runs;
 }
@@ -1383,7 +1383,7 @@ C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c1
     const int32_t b = c128__decode_request(j, tid, i);
     c128__decode_job job;
     if (b >= j->end) break;
-    if (c128__decode_prepare(p, b, j->split, 0, &job) != C128__RUN || !job.write) continue;
+    if (c128__decode_prepare(p, b, j->split, &job) != C128__RUN || !job.write) continue;
     c128__put2(p, t, rows->kv[i], job.write_row * row + ch);
     c128__put2(p, t, rows->score[i], job.write_row * row + C128_SCORE_OFFSET(t.head_dim) + ch);
   }
@@ -1434,9 +1434,9 @@ C128__DEVICE void c128__pdl_trigger(void) {
 }
 
 #define C128__LINE_BYTES 128 /* an L2 cache line */
+C128__DEVICE void c128__prefetch_line(const void *at) { asm volatile("prefetch.global.L2 [%0];" ::"l"(at)); }
 C128__DEVICE void c128__prefetch_l2(const void *base, int64_t elem, int dtype, int line) {
-  const char *at = (const char *)base + elem * c128__dtype_bytes(dtype) + (int64_t)line * C128__LINE_BYTES;
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
+  c128__prefetch_line((const char *)base + elem * c128__dtype_bytes(dtype) + (int64_t)line * C128__LINE_BYTES);
 }
 
 /* Line `line` of the split's 64 channels of one half (kv or score) of `row`, if the split is
@@ -1459,7 +1459,7 @@ C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind,
   const int lane = tid;
   if (kind == C128_PLAN_DECODE) { /* no guess: the plans themselves and the new rows, without waiting */
     if (j->first + lane < j->end) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"((const c128_decode_plan *)p->plans + j->first + lane));
+      c128__prefetch_line((const c128_decode_plan *)p->plans + j->first + lane);
       for (int line = 0; line < C128__LINES_PER_ROW; ++line)
         c128__prefetch_split(p->input, j->first + lane, line / 2, line % 2, t, t.in, j->split);
     }
@@ -1493,7 +1493,7 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
   c128__decode_rows rows;
   if (kind == C128_PLAN_DECODE) c128__decode_fetch(p, t, &j, tid, &rows);
   const uint32_t mask = c128__list_windows(p, kind, &j, tid, &sh);
-  if (!mask) c128__pdl_trigger(); /* nothing to fold: the block is about done */
+  if (!mask && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* nothing to fold: about done */
   if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows);
   const int steps = c128__block_steps(mask);
   C128__NO_UNROLL
@@ -1900,17 +1900,19 @@ static int64_t c128__grouped_blocks(int64_t jobs, c128__trait t, int32_t group) 
   return (jobs + group - 1) / group * C128_NUM_SPLIT(t.head_dim);
 }
 
-/* The automatic groups need the device's SM count; the host runner takes an H200's (132):
-   results do not depend on the grouping. */
+/* A launch's group: the caller's, or the automatic one, which needs the device's SM count; the
+   host runner takes an H200's (132): results do not depend on the grouping. */
 #define C128__HOST_SM_COUNT 132
-static c128_status c128__sm_count(int32_t explicit_group, int *sm_count) {
-  int device = 0;
-  *sm_count = 0;
-  if (explicit_group > 0) return C128_SUCCESS;
-  return cudaGetDevice(&device) == cudaSuccess &&
-                 cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess
-             ? C128_SUCCESS
-             : C128_ERROR_LAUNCH_FAILED;
+static c128_status c128__pick_group(int32_t requested, int64_t jobs, c128__trait t, int32_t max_group, int on_gpu,
+                                    int32_t *group) {
+  int device = 0, sm_count = C128__HOST_SM_COUNT;
+  *group = requested;
+  if (requested > 0) return C128_SUCCESS;
+  if (on_gpu && (cudaGetDevice(&device) != cudaSuccess ||
+                 cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess))
+    return C128_ERROR_LAUNCH_FAILED;
+  *group = c128__group_size(jobs, t.head_dim, sm_count, max_group);
+  return C128_SUCCESS;
 }
 
 /* One decode launch on the GPU (kernel != NULL) or the host runner (options). */
@@ -1919,10 +1921,9 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   if (!a) return C128_ERROR_NULL_POINTER;
   c128_status st = c128__validate_decode(a, t, 1);
   if (st != C128_SUCCESS || a->batch == 0) return st;
-  int sm_count = C128__HOST_SM_COUNT;
-  if (kernel && (st = c128__sm_count(a->requests_per_block, &sm_count)) != C128_SUCCESS) return st;
   c128__params p = c128__decode_params(a);
-  p.group = a->requests_per_block > 0 ? a->requests_per_block : c128_decode_group_size(a->batch, t.head_dim, sm_count);
+  st = c128__pick_group(a->requests_per_block, a->batch, t, C128_MAX_DECODE_GROUP, kernel != NULL, &p.group);
+  if (st != C128_SUCCESS) return st;
   const int64_t blocks = c128__grouped_blocks(a->batch, t, p.group);
   if (!kernel) return c128__run_host(p, t, C128_PLAN_DECODE, blocks, o);
   return c128__launch(kernel, blocks, C128_BLOCK_THREADS, a->pdl, stream, &p);
@@ -1936,11 +1937,10 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
   c128_status st = c128__validate_prefill(a, t, 1);
   if (st != C128_SUCCESS) return st;
   if (a->num_compress > 0) {
-    int sm_count = C128__HOST_SM_COUNT;
-    if (compress_kernel && (st = c128__sm_count(a->windows_per_block, &sm_count)) != C128_SUCCESS) return st;
     c128__params p = c128__prefill_params(a, C128_PLAN_COMPRESS);
-    p.group = a->windows_per_block > 0 ? a->windows_per_block
-                                       : c128_prefill_group_size(a->num_compress, t.head_dim, sm_count);
+    st = c128__pick_group(a->windows_per_block, a->num_compress, t, C128_MAX_PREFILL_GROUP, compress_kernel != NULL,
+                          &p.group);
+    if (st != C128_SUCCESS) return st;
     const int64_t blocks = c128__grouped_blocks(a->num_compress, t, p.group);
     st = compress_kernel ? c128__launch(compress_kernel, blocks, C128_BLOCK_THREADS, a->pdl, stream, &p)
                          : c128__run_host(p, t, C128_PLAN_COMPRESS, blocks, o);
@@ -2157,7 +2157,7 @@ C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_pla
   char text[96] = "";
   for (int64_t b = 0; b < a->batch && own < 0; ++b) {
     c128__decode_job job;
-    const int reason = c128__decode_prepare(&p, b, 0, 0, &job);
+    const int reason = c128__decode_prepare(&p, b, 0, &job);
     if (reason == C128__PADDING) continue;
     const c128_decode_plan plan = a->plans[b];
     if (reason != C128__RUN) own = b, snprintf(text, sizeof text, "%s", c128__reason_text(reason));
@@ -2548,20 +2548,29 @@ typedef struct c128__plan_chunk {
   int32_t status;
 } c128__plan_chunk;
 
-C128__FN int64_t *c128__ws_sums(const c128__plan_params *p, int which) {
-  return (int64_t *)p->a.workspace + C128__WS_HEADER + which * (p->a.num_requests + 1);
+/* Word offset of part `part` of a workspace for n requests: parts 0..2 are the sums, then the
+   requests' copy, the page table and the end. n <= INT32_MAX / 2 keeps every offset in range. */
+enum { C128__WS_PART_REQUESTS = 3, C128__WS_PART_PAGES, C128__WS_PART_END };
+C128__FN int64_t c128__ws_offset(int64_t n, int part) {
+  const int64_t requests = C128__WS_HEADER + 3 * (n + 1);
+  const int64_t pages = requests + (n * (int64_t)sizeof(c128_request) + 7) / 8;
+  if (part < C128__WS_PART_REQUESTS) return C128__WS_HEADER + part * (n + 1);
+  if (part == C128__WS_PART_REQUESTS) return requests;
+  return part == C128__WS_PART_PAGES ? pages : pages + c128__page_table_slots(n);
 }
-C128__FN c128_request *c128__ws_requests(const c128__plan_params *p) { return (c128_request *)c128__ws_sums(p, 3); }
+C128__FN int64_t *c128__ws_sums(const c128__plan_params *p, int which) {
+  return (int64_t *)p->a.workspace + c128__ws_offset(p->a.num_requests, which);
+}
+C128__FN c128_request *c128__ws_requests(const c128__plan_params *p) {
+  return (c128_request *)c128__ws_sums(p, C128__WS_PART_REQUESTS);
+}
 C128__FN uint64_t *c128__ws_pages(const c128__plan_params *p) {
-  const int64_t n = p->a.num_requests;
-  return (uint64_t *)c128__ws_sums(p, 3) + (n * (int64_t)sizeof(c128_request) + 7) / 8;
+  return (uint64_t *)c128__ws_sums(p, C128__WS_PART_PAGES);
 }
 
 C128_API size_t c128_plan_workspace_size(int64_t num_requests) {
   if (num_requests < 0 || num_requests > INT32_MAX / 2) return 0;
-  const int64_t words = C128__WS_HEADER + 3 * (num_requests + 1) +
-                        (num_requests * (int64_t)sizeof(c128_request) + 7) / 8 + c128__page_table_slots(num_requests);
-  return (size_t)words * sizeof(int64_t);
+  return (size_t)c128__ws_offset(num_requests, C128__WS_PART_END) * sizeof(int64_t);
 }
 
 C128__FN int c128__plan_steps(const c128__plan_params *p) {
@@ -2708,10 +2717,20 @@ static __global__ void __launch_bounds__(C128__PLAN_THREADS) c128__plan_emit_ker
   c128__plan_emit(&p, (int64_t)blockIdx.x * C128__PLAN_THREADS + threadIdx.x);
 }
 
-/* A refused call's status, for a captured step to read. */
-static __global__ void c128__plan_refused_kernel(int32_t *status, int64_t *counts, int32_t value) {
-  if (counts) counts[0] = counts[1] = 0;
-  *status = value; /* last: it may share memory with counts */
+/* A refused call's status (and zero counts, where usable), for a captured step to read. */
+typedef struct c128__refusal {
+  int32_t *status;
+  int64_t *counts;
+  int32_t value;
+} c128__refusal;
+
+C128__FN void c128__write_refusal(const c128__refusal *r) {
+  if (r->counts) r->counts[0] = r->counts[1] = 0;
+  *r->status = r->value;
+}
+
+static __global__ void __launch_bounds__(1) c128__plan_refused_kernel(const c128__refusal r) {
+  c128__write_refusal(&r);
 }
 
 static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, int decode) {
@@ -2752,20 +2771,15 @@ static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, 
 static c128_status c128__plan_refuse(const c128_device_plan_args *a, c128_status st, int on_device,
                                      cudaStream_t stream) {
   if (!a || !a->status || c128__misaligned(a->status, sizeof(int32_t))) return st;
-  int64_t *counts = a->counts && !c128__misaligned(a->counts, sizeof(int64_t)) &&
-                            !c128__overlap(a->counts, 2 * sizeof(int64_t), a->status, sizeof(int32_t))
-                        ? a->counts
-                        : NULL;
-  if (!on_device) {
-    if (counts) counts[0] = counts[1] = 0;
-    *a->status = st;
-    return st;
-  }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(1, 1, 1), config.blockDim = dim3(1, 1, 1), config.stream = stream;
-  int32_t value = st;
-  void *args[3] = {(void *)&a->status, (void *)&counts, (void *)&value};
-  (void)cudaLaunchKernelExC(&config, (const void *)c128__plan_refused_kernel, args);
+  c128__refusal r;
+  r.status = a->status, r.value = st;
+  r.counts = a->counts && !c128__misaligned(a->counts, sizeof(int64_t)) &&
+                     !c128__overlap(a->counts, 2 * sizeof(int64_t), a->status, sizeof(int32_t))
+                 ? a->counts
+                 : NULL;
+  /* Without PDL: the kernel does not wait, and a predecessor may still read status or counts. */
+  if (on_device) (void)c128__launch((const void *)c128__plan_refused_kernel, 1, 1, 0, stream, &r);
+  else c128__write_refusal(&r);
   return st;
 }
 
