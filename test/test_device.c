@@ -192,8 +192,9 @@ static void compare_decode_planners(backend be, rng *r, const batch *b) {
 static void planners_agree(backend be) {
   require_backend(be);
   rng r = rng_fresh();
+  const int batches = be == BACKEND_CPU ? 400 : 150;
   int errors = 0;
-  for (int i = 0; i < (be == BACKEND_CPU ? 400 : 150); ++i) {
+  for (int i = 0; i < batches; ++i) {
     batch b;
     random_batch(&r, &b, 0);
     compare_prefill_planners(be, &r, &b);
@@ -202,7 +203,10 @@ static void planners_agree(backend be) {
     random_batch(&r, &b, 1);
     compare_decode_planners(be, &r, &b);
   }
-  cr_assert_gt(errors, 20, "the random batches must include refused ones");
+  /* About 22 % are refused (150 batches: 19 to 41 in 40 runs; a bound of 20 failed once on the
+     H200): the bound, 5 %, is five standard deviations below the mean. */
+  cr_assert_gt(errors, batches / 20, "the random batches must include refused ones: %d of %d (seed %llu)", errors,
+               batches, (unsigned long long)r.seed);
 }
 
 Test(cpu, device_planner_matches_host_planner) { planners_agree(BACKEND_CPU); }
