@@ -100,6 +100,11 @@ int gpu_present(void) {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+const char *sanitizer_tool(void) {
+  const char *tool = getenv("C128_SANITIZER");
+  return tool && *tool ? tool : NULL;
+}
+
 void require_backend(backend be) {
   if (be == BACKEND_GPU && !gpu_present()) cr_skip_test("no CUDA device present: GPU test skipped");
 }

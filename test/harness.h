@@ -49,6 +49,9 @@ const instance_entry *instance(c128_instance_id id);
 typedef enum backend { BACKEND_CPU, BACKEND_GPU } backend;
 
 int gpu_present(void);
+/* The compute-sanitizer tool the tests run under (C128_SANITIZER, set by the meson test setups
+   and test/sanitize.sh), or NULL: instrumented kernels are slow, so GPU-time bounds do not hold. */
+const char *sanitizer_tool(void);
 /* Skips the running test when the backend is the GPU and none is present. */
 void require_backend(backend be);
 

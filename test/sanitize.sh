@@ -13,7 +13,7 @@ read -r -a filters <<< "${FILTERS:-gpu/h512_f32_f32_f32_* gpu/h512_bf16_f32_f32_
 status=0
 for tool in $tools; do
   for f in "${filters[@]}"; do
-    compute-sanitizer --tool "$tool" --error-exitcode 86 --target-processes all --print-limit 10 \
+    C128_SANITIZER=$tool compute-sanitizer --tool "$tool" --error-exitcode 86 --target-processes all --print-limit 10 \
       "$build/test/c128_tests" --filter="$f" -j4 > "${LOGDIR:-.}/sanitize-$tool.log" 2>&1
     rc=$?
     summary=$(grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "${LOGDIR:-.}/sanitize-$tool.log" | sort | uniq -c | tr '\n' ' ')

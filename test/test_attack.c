@@ -1863,7 +1863,8 @@ Test(gpu, attack_gpu_device_planner_refusals_are_bounded_and_written) { /* class
   }
   cr_log_info("256 requests of INT32_MAX tokens refused in %.3f ms of GPU time (best of 5; worst %.3f ms)",
               (double)best, (double)worst);
-  cr_assert(best < 5.0f, "a refused batch took %.3f ms of GPU time (best of 5)", (double)best);
+  if (sanitizer_tool()) cr_log_info("GPU time not judged under compute-sanitizer %s", sanitizer_tool());
+  else cr_assert(best < 5.0f, "a refused batch took %.3f ms of GPU time (best of 5)", (double)best);
   /* refused arguments: returned and written to device memory */
   const int32_t poison_status = 0x5A5A5A5A;
   CUDA_OK(cudaMemcpy(a.status, &poison_status, 4, cudaMemcpyHostToDevice));
