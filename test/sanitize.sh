@@ -7,9 +7,10 @@ build=${1:?build dir}
 shift
 tools=${*:-memcheck racecheck initcheck synccheck}
 # Kernel tests of the production instances, hostile plans, non-finite input, device planner,
-# graphs, PDL chains, several streams.
+# the attack tests' GPU parts (refused planner calls, aliasing, shared layouts), graphs, PDL
+# chains, several streams.
 # FILTERS (space-separated Criterion patterns) overrides the list.
-read -r -a filters <<< "${FILTERS:-gpu/h512_f32_f32_f32_* gpu/h512_bf16_f32_f32_* gpu/h128_bf16_bf16_bf16_* gpu/random_plan_bytes* gpu/nonfinite* gpu/device_planner* gpu/graph_* gpu/pdl_* gpu/threads_and_streams*}"
+read -r -a filters <<< "${FILTERS:-gpu/h512_f32_f32_f32_* gpu/h512_bf16_f32_f32_* gpu/h128_bf16_bf16_bf16_* gpu/random_plan_bytes* gpu/nonfinite* gpu/device_planner* gpu/attack_gpu* gpu/graph_* gpu/pdl_* gpu/threads_and_streams*}"
 status=0
 for tool in $tools; do
   for f in "${filters[@]}"; do

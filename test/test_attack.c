@@ -8,6 +8,7 @@
    Class n of the issue is named in each test's comment as "class n". */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -836,34 +837,42 @@ Test(cpu, attack_planners_apply_limits_before_work) { /* class 5 */
   c128_compress_plan cp[64];
   c128_write_plan wp[64];
   void *ws = xalloc(c128_plan_workspace_size(N));
+  /* The bounds apply to the best of three calls: a loaded CI machine can deschedule one. */
   for (int n = 1; n <= N; n += N - 1) {
-    double t = now_s();
-    c128_prefill_plans p = {cp, wp, 64, 1, -7, -7};
-    const c128_status hs = c128_plan_prefill(&ring, q, n, 0, &p);
-    const double host_s = now_s() - t;
-    int64_t counts[2] = {-1, -1};
-    int32_t status = -1;
-    c128_device_plan_args a;
-    memset(&a, 0, sizeof a);
-    a.ring = ring, a.requests = q, a.num_requests = n, a.compress = cp, a.write = wp, a.capacity = 64;
-    a.counts = counts, a.status = &status, a.workspace = ws;
-    t = now_s();
-    const c128_status dret = c128_plan_prefill_device_host(&a);
-    const double dev_s = now_s() - t;
-    cr_assert_eq(hs, C128_ERROR_TOO_MANY_ROWS, "%d requests of INT32_MAX tokens: host planner %s", n, STATUS(hs));
-    cr_assert(dret == C128_SUCCESS && status == C128_ERROR_TOO_MANY_ROWS, "device planner: %s, *status %d",
-              STATUS(dret), status);
+    double host_s = 1e30, dev_s = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      double t = now_s();
+      c128_prefill_plans p = {cp, wp, 64, 1, -7, -7};
+      const c128_status hs = c128_plan_prefill(&ring, q, n, 0, &p);
+      host_s = fmin(host_s, now_s() - t);
+      int64_t counts[2] = {-1, -1};
+      int32_t status = -1;
+      c128_device_plan_args a;
+      memset(&a, 0, sizeof a);
+      a.ring = ring, a.requests = q, a.num_requests = n, a.compress = cp, a.write = wp, a.capacity = 64;
+      a.counts = counts, a.status = &status, a.workspace = ws;
+      t = now_s();
+      const c128_status dret = c128_plan_prefill_device_host(&a);
+      dev_s = fmin(dev_s, now_s() - t);
+      cr_assert_eq(hs, C128_ERROR_TOO_MANY_ROWS, "%d requests of INT32_MAX tokens: host planner %s", n, STATUS(hs));
+      cr_assert(dret == C128_SUCCESS && status == C128_ERROR_TOO_MANY_ROWS, "device planner: %s, *status %d",
+                STATUS(dret), status);
+    }
     cr_assert(host_s < 0.05 && dev_s < 0.05, "%d huge requests took %.3f s (host), %.3f s (device code on the CPU)", n,
               host_s, dev_s);
   }
   /* Huge positions with extends at the limit: bounded work too (at most ~1026 page lookups each). */
   for (int i = 0; i < N; ++i) q[i] = (c128_request){i, INT32_MAX - i, i == 0 ? C128_MAX_PREFILL_ROWS - 1 : 0};
   q[1].extend_len = 1;
-  const double t = now_s();
-  c128_prefill_plans p = {cp, wp, 64, 1, -7, -7};
-  const c128_status hs = c128_plan_prefill(&ring, q, N, 0, &p);
-  cr_assert_eq(hs, C128_ERROR_EMPTY_EXTEND, "%s", STATUS(hs)); /* request 2 has extend 0 */
-  cr_assert(now_s() - t < 0.05, "took %.3f s", now_s() - t);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t = now_s();
+    c128_prefill_plans p = {cp, wp, 64, 1, -7, -7};
+    const c128_status hs = c128_plan_prefill(&ring, q, N, 0, &p);
+    best = fmin(best, now_s() - t);
+    cr_assert_eq(hs, C128_ERROR_EMPTY_EXTEND, "%s", STATUS(hs)); /* request 2 has extend 0 */
+  }
+  cr_assert(best < 0.05, "took %.3f s (best of 3)", best);
   free(ws);
 }
 
@@ -1865,21 +1874,26 @@ Test(gpu, attack_gpu_device_planner_refusals_are_bounded_and_written) { /* class
               (double)best, (double)worst);
   if (sanitizer_tool()) cr_log_info("GPU time not judged under compute-sanitizer %s", sanitizer_tool());
   else cr_assert(best < 5.0f, "a refused batch took %.3f ms of GPU time (best of 5)", (double)best);
-  /* refused arguments: returned and written to device memory */
+  /* refused arguments: returned and written to device memory, counts zeroed (both poisoned first) */
   const int32_t poison_status = 0x5A5A5A5A;
-  CUDA_OK(cudaMemcpy(a.status, &poison_status, 4, cudaMemcpyHostToDevice));
-  c128_device_plan_args b = a;
-  b.capacity = -1;
-  cr_assert_eq(c128_plan_prefill_device(&b, s), C128_ERROR_NEGATIVE_SIZE);
-  CUDA_OK(cudaStreamSynchronize(s));
+  const int64_t poison_counts[2] = {-7, -7};
   int32_t status = 0;
-  CUDA_OK(cudaMemcpy(&status, a.status, 4, cudaMemcpyDeviceToHost));
-  cr_assert_eq(status, (int32_t)C128_ERROR_NEGATIVE_SIZE, "*status %d after a refused call", status);
-  b = a, b.ring.ring_tokens = 100;
-  cr_assert_eq(c128_plan_decode_device(&b, s), C128_ERROR_INVALID_RING);
-  CUDA_OK(cudaStreamSynchronize(s));
-  CUDA_OK(cudaMemcpy(&status, a.status, 4, cudaMemcpyDeviceToHost));
-  cr_assert_eq(status, (int32_t)C128_ERROR_INVALID_RING);
+  int64_t counts[2] = {0, 0};
+  for (int which = 0; which < 2; ++which) {
+    CUDA_OK(cudaMemcpy(a.status, &poison_status, 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a.counts, poison_counts, 16, cudaMemcpyHostToDevice));
+    c128_device_plan_args b = a;
+    if (which == 0) b.capacity = -1;
+    else b.ring.ring_tokens = 100;
+    const c128_status want = which == 0 ? C128_ERROR_NEGATIVE_SIZE : C128_ERROR_INVALID_RING;
+    cr_assert_eq(which == 0 ? c128_plan_prefill_device(&b, s) : c128_plan_decode_device(&b, s), want);
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(&status, a.status, 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(counts, a.counts, 16, cudaMemcpyDeviceToHost));
+    cr_assert(status == (int32_t)want && counts[0] == 0 && counts[1] == 0,
+              "after a refused call (%s): *status %d, counts %lld %lld", c128_status_string(want), status,
+              (long long)counts[0], (long long)counts[1]);
+  }
   cudaFree((void *)a.requests), cudaFree(a.compress), cudaFree(a.write), cudaFree(a.counts), cudaFree(a.status);
   cudaFree(a.workspace), cudaEventDestroy(e0), cudaEventDestroy(e1), cudaStreamDestroy(s);
 }
