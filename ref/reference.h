@@ -11,11 +11,13 @@
 
 /* DESIGN 8 on randn data: an f32 row within this relative L2 of the oracle and this largest
    |difference|; a bf16 row within half a bf16 ulp of each channel plus REF_BF16_REL |ref| +
-   REF_BF16_ABS. */
+   REF_BF16_ABS. REF_BF16_ABS covers a correct fp32 result's own error before the rounding to
+   bf16: with scores of 60 randn (|s| up to ~250, an fp32 ulp of 1.5e-5 there) it reaches
+   1.2e-5 on cancelling channels (DESIGN 8.2 has the case), so 1e-5 was too tight. */
 #define REF_TOL_REL_L2 1e-5
 #define REF_TOL_MAX_ABS 1e-4
 #define REF_BF16_REL 1e-5
-#define REF_BF16_ABS 1e-5
+#define REF_BF16_ABS 3e-5
 /* With a per-channel scale (ref_check_row): REF_SCALED_REL of it, plus REF_SCALED_ABS for f32. */
 #define REF_SCALED_REL 1e-5
 #define REF_SCALED_ABS 1e-7

@@ -14,7 +14,7 @@ typedef struct rng {
   uint64_t seed;
 } rng;
 
-rng rng_fresh(void); /* seeded from the clock and a counter */
+rng rng_fresh(void); /* seeded from the clock and a counter, or from $C128_SEED when set */
 uint64_t rng_u64(rng *r);
 double rng_uniform(rng *r); /* [0, 1) */
 float rng_randn(rng *r);
