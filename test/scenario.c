@@ -195,18 +195,13 @@ static int all_bytes(const void *p, size_t bytes, unsigned char value) {
   return 1;
 }
 
-uint64_t scen_fresh_seed(void) {
-  const char *env = getenv("C128_SEED");
-  return env && *env ? strtoull(env, NULL, 0) : rng_fresh().seed;
-}
-
 scenario *scen_create(const scen_config *config) {
   scenario *s = calloc(1, sizeof *s);
   cr_assert_not_null(s);
   s->cfg = *config;
   cr_assert(config->entry && config->num_pool > 0);
   s->f = *config->entry;
-  s->r.seed = s->r.state = config->seed ? config->seed : scen_fresh_seed();
+  s->r.seed = s->r.state = config->seed ? config->seed : rng_fresh().seed;
   if (s->cfg.layout == SCEN_LEGACY) s->cfg.ring_tokens = W, s->cfg.speculative = 0;
   const int R = s->cfg.ring_tokens, per = R / W;
   cr_assert(R > 0 && R % W == 0);

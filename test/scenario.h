@@ -41,7 +41,7 @@ typedef struct scen_config {
   int pad_plans;     /* pad plan arrays to capacity = input rows and launch the capacity */
   int keep_outputs;  /* record every checked window (widened to f32): scen_window */
   int cross_check;   /* GPU: also run each batch on the host runner; bits must agree */
-  uint64_t seed;     /* 0 = scen_fresh_seed() */
+  uint64_t seed;     /* 0 = rng_fresh().seed: fresh, or $C128_SEED when set, so a named seed replays */
 } scen_config;
 
 typedef struct scenario scenario;
@@ -57,9 +57,6 @@ typedef struct scen_stats {
   double max_rel_l2, max_abs; /* worst window against the oracle */
 } scen_stats;
 
-/* A fresh seed, or $C128_SEED when set: a failure names its seed, and the same seed replays the
-   same case (data and schedule). */
-uint64_t scen_fresh_seed(void);
 scenario *scen_create(const scen_config *config);
 /* Checks that every request still open had each of its complete windows checked, then frees. */
 void scen_destroy(scenario *s);

@@ -416,7 +416,7 @@ static void sc_padded_plans(const instance_entry *e, backend be, const layout_ca
   require_backend(be);
   const mix_params p = {6, 4, 40, 300, 200, 200};
   scen_config c = config(e, be, l, p.num_pool, scale);
-  c.seed = scen_fresh_seed();
+  c.seed = rng_fresh().seed;
   c.keep_outputs = 1;
   scenario *plain, *padded;
   /* About one schedule in 150 closes no window in 40 steps (seeds 143, 156): the comparison would
@@ -491,7 +491,7 @@ static void sc_bf16_vs_f32(const instance_entry *unused, backend be, const layou
   (void)unused;
   require_backend(be);
   scen_config c = config(&h512_f32, be, l, 16, scale);
-  c.seed = scen_fresh_seed();
+  c.seed = rng_fresh().seed;
   c.keep_outputs = 1;
   scenario *f32 = scen_create(&c);
   c.entry = &h512_bf16;
