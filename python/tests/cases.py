@@ -20,6 +20,9 @@ import numpy as np
 import c128
 
 W = 128
+# SPEC 8's tolerances, as ref/reference.h's REF_TOL_* and REF_BF16_* (test_library checks they agree).
+TOL_REL_L2, TOL_MAX_ABS = 1e-5, 1e-4
+BF16_REL, BF16_ABS = 1e-5, 3e-5
 F32_POISON = np.float32(np.nan)
 BF16_POISON = np.uint16(0x7FC1)  # a NaN bit pattern the library never produces
 
@@ -73,20 +76,20 @@ def poison(shape: Tuple[int, ...], dtype: str) -> np.ndarray:
 
 def window_error(out: np.ndarray, out_dtype: str, ref: np.ndarray) -> str:
     """'' when out (stored values) is within SPEC 8's tolerance of ref, else what is wrong.
-    f32: relative L2 <= 1e-5 and max abs <= 1e-4; bf16: |out - ref| <= ulp(ref) / 2 + 1e-5 |ref| + 3e-5
-    (ref/reference.h's REF_BF16_*)."""
+    f32: relative L2 <= TOL_REL_L2 and max abs <= TOL_MAX_ABS; bf16: |out - ref| <= ulp(ref) / 2 +
+    BF16_REL |ref| + BF16_ABS."""
     got = to_f64(out, out_dtype)
     if not np.all(np.isfinite(got)):
         return "non-finite output"
     err = np.abs(got - ref)
     if out_dtype == "f32":
         rel = np.sqrt((err ** 2).sum() / (ref ** 2).sum())
-        if rel > 1e-5 or err.max() > 1e-4:
+        if rel > TOL_REL_L2 or err.max() > TOL_MAX_ABS:
             return f"relative L2 {rel:.3g}, max abs {err.max():.3g}"
         return ""
     mag = np.abs(ref)
     ulp = np.where(mag > 0, np.exp2(np.floor(np.log2(np.where(mag > 0, mag, 1.0))) - 7), 0.0)
-    bound = 0.5 * ulp + 1e-5 * mag + 3e-5
+    bound = 0.5 * ulp + BF16_REL * mag + BF16_ABS
     if np.any(err > bound):
         k = int(np.argmax(err - bound))
         return f"channel {k}: |{got[k]} - {ref[k]}| = {err[k]:.3g} > {bound[k]:.3g}"

@@ -76,6 +76,20 @@ def _cuda_include() -> Path | None:
     return None
 
 
+def test_tolerances_are_the_references(checked) -> None:
+    """cases.py holds SPEC 8's tolerances as ref/reference.h defines them."""
+    import cases
+
+    header = ROOT / "ref" / "reference.h"
+    if not header.exists():
+        pytest.skip("needs ref/reference.h (a source tree)")
+    defined = dict(re.findall(r"^#define (REF_\w+) (\S+)$", header.read_text(), re.M))
+    mine = {"REF_TOL_REL_L2": cases.TOL_REL_L2, "REF_TOL_MAX_ABS": cases.TOL_MAX_ABS, "REF_BF16_REL": cases.BF16_REL,
+            "REF_BF16_ABS": cases.BF16_ABS}
+    assert {name: float(defined[name]) for name in mine} == mine
+    checked(f"tolerances: cases.py = ref/reference.h ({', '.join(f'{k} {v:g}' for k, v in mine.items())})")
+
+
 def test_structures_match_the_header(tmp_path: Path, checked) -> None:
     """Every ctypes structure has c128.cuh's size and field offsets, as a C compiler lays them out."""
     header, include, cc = ROOT / "c128.cuh", _cuda_include(), shutil.which("cc") or shutil.which("gcc")
