@@ -972,9 +972,9 @@ typedef struct c128__decode_job {
 } c128__decode_job;
 
 /* Decode plan b in split `split`: its job, or why it has nothing to do. */
-C128__FN int c128__decode_prepare(const c128__params *p, int64_t b, int split, c128__decode_job *job) {
+C128__FN int c128__decode_prepare(const c128__params *p, int64_t b, int split, int guess, c128__decode_job *job) {
   c128_decode_plan plan;
-  c128__read_plan((const c128_decode_plan *)p->plans + b, &plan, sizeof plan, 0);
+  c128__read_plan((const c128_decode_plan *)p->plans + b, &plan, sizeof plan, guess);
   if (plan.seq_len == 0 || plan.write_loc < 0) return C128__PADDING;
   if (b >= p->input_rows) return C128__BAD_INPUT_ROW;
   const int32_t write_page = plan.write_loc / C128_WINDOW;
@@ -1281,7 +1281,7 @@ C128__FN int c128__job_window(const c128__params *p, int kind, const c128__jobs 
   if (j->first + k >= j->end) return 0;
   if (kind == C128_PLAN_COMPRESS) return c128__compress_prepare(p, j->first + k, j->split, guess, w) == C128__RUN;
   c128__decode_job job;
-  const int runs = c128__decode_prepare(p, j->first + k, j->split, &job) == C128__RUN && job.boundary;
+  const int runs = c128__decode_prepare(p, j->first + k, j->split, guess, &job) == C128__RUN && job.boundary;
   *w = job.win;
   return runs;
 }
@@ -1383,7 +1383,7 @@ C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c1
     const int32_t b = c128__decode_request(j, tid, i);
     c128__decode_job job;
     if (b >= j->end) break;
-    if (c128__decode_prepare(p, b, j->split, &job) != C128__RUN || !job.write) continue;
+    if (c128__decode_prepare(p, b, j->split, 0, &job) != C128__RUN || !job.write) continue;
     c128__put2(p, t, rows->kv[i], job.write_row * row + ch);
     c128__put2(p, t, rows->score[i], job.write_row * row + C128_SCORE_OFFSET(t.head_dim) + ch);
   }
@@ -1449,15 +1449,16 @@ C128__DEVICE void c128__prefetch_split(const void *base, int64_t row, int half, 
       dtype, line);
 }
 
-/* Warp 0 asks L2, before the wait, for what the block will read first. Decode: its plans and
-   the group's new rows (inputs, which no predecessor writes), no guess. Compress: lane k guesses
-   job k's plan through L2, and the first runnable window's 128 rows (kv, score x 2 lines of 64
-   channels) go 16 lines to a lane. */
+/* One warp asks L2, before the wait, for what the block will read first: lane k guesses job k's
+   plan through L2, and the first window the guesses compress has its 128 rows (kv, score x 2
+   lines of 64 channels) prefetched, 16 lines to a lane. In compress that is warp 0. Decode
+   guesses on its last warp, which persists nothing in groups of up to 15 requests and so is
+   off the critical path of a step without a window, while warp 0 prefetches the plans and the
+   group's new rows (inputs, which no predecessor writes) without waiting for anything. */
 #define C128__LINES_PER_ROW 4
 C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind, const c128__jobs *j, int tid) {
-  if (tid >= C128_WARP_THREADS) return;
-  const int lane = tid;
-  if (kind == C128_PLAN_DECODE) { /* no guess: the plans themselves and the new rows, without waiting */
+  const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
+  if (kind == C128_PLAN_DECODE && warp == 0) {
     if (j->first + lane < j->end) {
       c128__prefetch_line((const c128_decode_plan *)p->plans + j->first + lane);
       for (int line = 0; line < C128__LINES_PER_ROW; ++line)
@@ -1465,6 +1466,7 @@ C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind,
     }
     return;
   }
+  if (warp != (kind == C128_PLAN_DECODE ? C128_NUM_WARPS - 1 : 0)) return;
   c128__window w = {0, 0, 0, 0, 0};
   const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 1, &w);
   const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
@@ -2157,7 +2159,7 @@ C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_pla
   char text[96] = "";
   for (int64_t b = 0; b < a->batch && own < 0; ++b) {
     c128__decode_job job;
-    const int reason = c128__decode_prepare(&p, b, 0, &job);
+    const int reason = c128__decode_prepare(&p, b, 0, 0, &job);
     if (reason == C128__PADDING) continue;
     const c128_decode_plan plan = a->plans[b];
     if (reason != C128__RUN) own = b, snprintf(text, sizeof text, "%s", c128__reason_text(reason));

@@ -18,7 +18,7 @@ static fz_lib_decode fz_lib_decode_reason(const c128_decode_args *a, int64_t b) 
   const c128__params p = c128__decode_params(a);
   c128__decode_job job;
   memset(&job, 0, sizeof job);
-  const int reason = c128__decode_prepare(&p, b, 0, &job);
+  const int reason = c128__decode_prepare(&p, b, 0, 0, &job);
   fz_lib_decode d = {
       reason, job.write ? job.write_row : -1, job.boundary, job.win.state_row0, job.win.out_row, job.win.buffer_len};
   return d;
