@@ -1276,33 +1276,41 @@ C128__FN c128__jobs c128__block_jobs(const c128__params *p, c128__trait t, int64
 }
 
 /* Job k's window, if it compresses in this launch (decode: the request runs and completes a
-   window; prefill: the plan runs). */
-C128__FN int c128__job_window(const c128__params *p, int kind, const c128__jobs *j, int k, int guess, c128__window *w) {
+   window; prefill: the plan runs), and in decode the state row it persists its new token into
+   (-1: none). */
+C128__FN int c128__job_window(const c128__params *p, int kind, const c128__jobs *j, int k, int guess, c128__window *w,
+                              int64_t *write_row) {
+  *write_row = -1;
   if (j->first + k >= j->end) return 0;
   if (kind == C128_PLAN_COMPRESS) return c128__compress_prepare(p, j->first + k, j->split, guess, w) == C128__RUN;
   c128__decode_job job;
-  const int runs = c128__decode_prepare(p, j->first + k, j->split, guess, &job) == C128__RUN && job.boundary;
+  const int status = c128__decode_prepare(p, j->first + k, j->split, guess, &job);
+  if (status == C128__RUN && job.write) *write_row = job.write_row;
   *w = job.win;
-  return runs;
+  return status == C128__RUN && job.boundary;
 }
 
 /* Step 0's list. Bit k of the result: job k compresses. Lane k of every warp looks at job k and a
    ballot gathers the answers, so every warp knows the count without waiting for another; warp 0
-   also lists the windows in shared memory (read after the barrier). The host runner calls it
-   once per block: one pass stands for every warp's identical ballot. */
+   also lists the windows in shared memory (read after the barrier). On the GPU, *write_row is
+   lane k's job's persisted row (decode), which the warp's writes then take from that lane. The
+   host runner calls it once per block: one pass stands for every warp's identical ballot. */
 C128__FN uint32_t c128__list_windows(const c128__params *p, int kind, const c128__jobs *j, int tid,
-                                     c128__block_shared *sh) {
+                                     c128__block_shared *sh, int64_t *write_row) {
 #ifdef __CUDA_ARCH__
   const int lane = tid % C128_WARP_THREADS;
   c128__window w;
-  const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 0, &w);
+  *write_row = -1;
+  const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 0, &w, write_row);
   const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
   if (runs && tid < C128_WARP_THREADS) sh->windows[__popc(mask & ((1u << lane) - 1u))] = w;
   return mask;
 #else
   uint32_t mask = 0;
+  *write_row = -1;
   for (int k = 0, n = 0; k < p->group; ++k) {
-    if (!c128__job_window(p, kind, j, k, 0, &sh->windows[n])) continue;
+    int64_t unused;
+    if (!c128__job_window(p, kind, j, k, 0, &sh->windows[n], &unused)) continue;
     mask |= 1u << k;
     ++n;
   }
@@ -1375,17 +1383,27 @@ C128__FN void c128__decode_fetch(const c128__params *p, c128__trait t, const c12
   }
 }
 
+/* The GPU takes each request's persisted row from the lane that listed it (`listed`, from
+   c128__list_windows) rather than checking the plan a second time; the host runner checks it
+   again. Same rule, same row. */
 C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c128__jobs *j, int tid,
-                                  const c128__decode_rows *rows) {
+                                  const c128__decode_rows *rows, int64_t listed) {
   const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
   C128__UNROLL
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
     const int32_t b = c128__decode_request(j, tid, i);
-    c128__decode_job job;
     if (b >= j->end) break;
-    if (c128__decode_prepare(p, b, j->split, 0, &job) != C128__RUN || !job.write) continue;
-    c128__put2(p, t, rows->kv[i], job.write_row * row + ch);
-    c128__put2(p, t, rows->score[i], job.write_row * row + C128_SCORE_OFFSET(t.head_dim) + ch);
+#ifdef __CUDA_ARCH__
+    (void)p;
+    const int64_t write_row = __shfl_sync(C128__ALL_LANES, listed, b - j->first);
+#else
+    (void)listed;
+    c128__decode_job job;
+    const int64_t write_row = c128__decode_prepare(p, b, j->split, 0, &job) == C128__RUN && job.write ? job.write_row : -1;
+#endif
+    if (write_row < 0) continue;
+    c128__put2(p, t, rows->kv[i], write_row * row + ch);
+    c128__put2(p, t, rows->score[i], write_row * row + C128_SCORE_OFFSET(t.head_dim) + ch);
   }
 }
 
@@ -1468,7 +1486,8 @@ C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind,
   }
   if (warp != (kind == C128_PLAN_DECODE ? C128_NUM_WARPS - 1 : 0)) return;
   c128__window w = {0, 0, 0, 0, 0};
-  const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 1, &w);
+  int64_t write_row;
+  const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 1, &w, &write_row);
   const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
   if (!mask) return;
   const int src = __ffs(mask) - 1;
@@ -1494,9 +1513,10 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
   c128__pdl_wait();
   c128__decode_rows rows;
   if (kind == C128_PLAN_DECODE) c128__decode_fetch(p, t, &j, tid, &rows);
-  const uint32_t mask = c128__list_windows(p, kind, &j, tid, &sh);
+  int64_t write_row;
+  const uint32_t mask = c128__list_windows(p, kind, &j, tid, &sh, &write_row);
   if (!mask && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* nothing to fold: about done */
-  if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows);
+  if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows, write_row);
   const int steps = c128__block_steps(mask);
   C128__NO_UNROLL
   for (int s = 1; s < steps; ++s) {
@@ -1708,11 +1728,12 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
     }
     memset(&sh, 0xFF, sizeof sh); /* NaN: a fold that reads an unwritten partial shows it */
     const c128__jobs j = c128__block_jobs(&p, t, block);
-    const int steps = c128__block_steps(c128__list_windows(&p, kind, &j, 0, &sh));
+    int64_t listed;
+    const int steps = c128__block_steps(c128__list_windows(&p, kind, &j, 0, &sh, &listed));
     for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
       c128__decode_rows rows;
       c128__decode_fetch(&p, t, &j, checker.tid, &rows);
-      c128__decode_writes(&p, t, &j, checker.tid, &rows);
+      c128__decode_writes(&p, t, &j, checker.tid, &rows, listed);
     }
     for (checker.phase = 1; checker.phase < steps; ++checker.phase)
       for (checker.tid = 0; checker.tid < threads; ++checker.tid)
