@@ -1292,25 +1292,26 @@ C128__FN int c128__job_window(const c128__params *p, int kind, const c128__jobs 
 
 /* Step 0's list. Bit k of the result: job k compresses. Lane k of every warp looks at job k and a
    ballot gathers the answers, so every warp knows the count without waiting for another; warp 0
-   also lists the windows in shared memory (read after the barrier). On the GPU, *write_row is
-   lane k's job's persisted row (decode), which the warp's writes then take from that lane. The
-   host runner calls it once per block: one pass stands for every warp's identical ballot. */
+   also lists the windows in shared memory (read after the barrier). listed[k] is job k's
+   persisted row (decode; -1: none): on the GPU each lane holds its own job's (listed[0]), which
+   the warp's writes take from that lane by shuffle; the host runner fills all 32 and the writes
+   index them the same way. The host runner calls it once per block: one pass stands for every
+   warp's identical ballot. */
 C128__FN uint32_t c128__list_windows(const c128__params *p, int kind, const c128__jobs *j, int tid,
-                                     c128__block_shared *sh, int64_t *write_row) {
+                                     c128__block_shared *sh, int64_t *listed) {
 #ifdef __CUDA_ARCH__
   const int lane = tid % C128_WARP_THREADS;
   c128__window w;
-  *write_row = -1;
-  const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 0, &w, write_row);
+  *listed = -1;
+  const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 0, &w, listed);
   const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
   if (runs && tid < C128_WARP_THREADS) sh->windows[__popc(mask & ((1u << lane) - 1u))] = w;
   return mask;
 #else
   uint32_t mask = 0;
-  *write_row = -1;
+  for (int k = 0; k < C128__MAX_GROUP; ++k) listed[k] = -1;
   for (int k = 0, n = 0; k < p->group; ++k) {
-    int64_t unused;
-    if (!c128__job_window(p, kind, j, k, 0, &sh->windows[n], &unused)) continue;
+    if (!c128__job_window(p, kind, j, k, 0, &sh->windows[n], &listed[k])) continue;
     mask |= 1u << k;
     ++n;
   }
@@ -1383,23 +1384,19 @@ C128__FN void c128__decode_fetch(const c128__params *p, c128__trait t, const c12
   }
 }
 
-/* The GPU takes each request's persisted row from the lane that listed it (`listed`, from
-   c128__list_windows) rather than checking the plan a second time; the host runner checks it
-   again. Same rule, same row. */
+/* Each request's persisted row comes from the list's check of its plan (`listed`, from
+   c128__list_windows), not from a second check: on the GPU from the lane that checked it. */
 C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c128__jobs *j, int tid,
-                                  const c128__decode_rows *rows, int64_t listed) {
+                                  const c128__decode_rows *rows, const int64_t *listed) {
   const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
   C128__UNROLL
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
     const int32_t b = c128__decode_request(j, tid, i);
     if (b >= j->end) break;
 #ifdef __CUDA_ARCH__
-    (void)p;
-    const int64_t write_row = __shfl_sync(C128__ALL_LANES, listed, b - j->first);
+    const int64_t write_row = __shfl_sync(C128__ALL_LANES, *listed, b - j->first);
 #else
-    (void)listed;
-    c128__decode_job job;
-    const int64_t write_row = c128__decode_prepare(p, b, j->split, 0, &job) == C128__RUN && job.write ? job.write_row : -1;
+    const int64_t write_row = listed[b - j->first];
 #endif
     if (write_row < 0) continue;
     c128__put2(p, t, rows->kv[i], write_row * row + ch);
@@ -1468,11 +1465,12 @@ C128__DEVICE void c128__prefetch_split(const void *base, int64_t row, int half, 
 }
 
 /* One warp asks L2, before the wait, for what the block will read first: lane k guesses job k's
-   plan through L2, and the first window the guesses compress has its 128 rows (kv, score x 2
-   lines of 64 channels) prefetched, 16 lines to a lane. In compress that is warp 0. Decode
-   guesses on its last warp, which persists nothing in groups of up to 15 requests and so is
-   off the critical path of a step without a window, while warp 0 prefetches the plans and the
-   group's new rows (inputs, which no predecessor writes) without waiting for anything. */
+   plan through L2, and the first window the guesses compress has its 128 rows prefetched (kv
+   and score, 64 channels each: two 128-byte lines in f32, one in bf16; up to 16 lines a lane).
+   In compress that is warp 0. Decode guesses on its last warp, which persists nothing in groups
+   of up to 15 requests and so is off the critical path of a step without a window, while warp 0
+   prefetches the plans and the group's new rows, whose addresses need no plan, without waiting
+   for anything. */
 #define C128__LINES_PER_ROW 4
 C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind, const c128__jobs *j, int tid) {
   const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
@@ -1513,10 +1511,10 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
   c128__pdl_wait();
   c128__decode_rows rows;
   if (kind == C128_PLAN_DECODE) c128__decode_fetch(p, t, &j, tid, &rows);
-  int64_t write_row;
-  const uint32_t mask = c128__list_windows(p, kind, &j, tid, &sh, &write_row);
+  int64_t listed; /* this lane's job's persisted row */
+  const uint32_t mask = c128__list_windows(p, kind, &j, tid, &sh, &listed);
   if (!mask && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* nothing to fold: about done */
-  if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows, write_row);
+  if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows, &listed);
   const int steps = c128__block_steps(mask);
   C128__NO_UNROLL
   for (int s = 1; s < steps; ++s) {
@@ -1728,8 +1726,8 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
     }
     memset(&sh, 0xFF, sizeof sh); /* NaN: a fold that reads an unwritten partial shows it */
     const c128__jobs j = c128__block_jobs(&p, t, block);
-    int64_t listed;
-    const int steps = c128__block_steps(c128__list_windows(&p, kind, &j, 0, &sh, &listed));
+    int64_t listed[C128__MAX_GROUP];
+    const int steps = c128__block_steps(c128__list_windows(&p, kind, &j, 0, &sh, listed));
     for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
       c128__decode_rows rows;
       c128__decode_fetch(&p, t, &j, checker.tid, &rows);
