@@ -1435,8 +1435,9 @@ C128__FN void c128__write_row(const c128__params *p, c128__trait t, int64_t inde
    11.7 us), one with nothing to fold as soon as it knows; decode blocks (short) and the write
    kernel trigger first thing. Before its own wait a kernel reads nothing a predecessor may
    write, except as a guess: the prologue reads plans through L2 only (never L1, so the real
-   read after the wait cannot hit a stale line) and uses them only as prefetch addresses. L2 is the GPU's point of coherence, so a prefetched
-   line is never stale; a wrong guess costs bandwidth, not results. */
+   read after the wait cannot hit a stale line) and uses them only as prefetch addresses. L2 is
+   the GPU's point of coherence, so a prefetched line is never stale; a wrong guess costs
+   bandwidth, not results. */
 C128__DEVICE void c128__pdl_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
