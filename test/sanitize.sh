@@ -8,9 +8,9 @@ shift
 tools=${*:-memcheck racecheck initcheck synccheck}
 # Kernel tests of the production instances, hostile plans, non-finite input, device planner,
 # the attack tests' GPU parts (refused planner calls, aliasing, shared layouts), graphs, PDL
-# chains, several streams.
+# chains, several streams, every decode group with PDL.
 # FILTERS (space-separated Criterion patterns) overrides the list.
-read -r -a filters <<< "${FILTERS:-gpu/h512_f32_f32_f32_* gpu/h512_bf16_f32_f32_* gpu/h128_bf16_bf16_bf16_* gpu/random_plan_bytes* gpu/nonfinite* gpu/device_planner* gpu/attack_gpu* gpu/graph_* gpu/pdl_* gpu/threads_and_streams*}"
+read -r -a filters <<< "${FILTERS:-gpu/h512_f32_f32_f32_* gpu/h512_bf16_f32_f32_* gpu/h128_bf16_bf16_bf16_* gpu/random_plan_bytes* gpu/nonfinite* gpu/device_planner* gpu/attack_gpu* gpu/graph_* gpu/pdl_* gpu/threads_and_streams* gpu/decode_every_group*}"
 status=0
 for tool in $tools; do
   for f in "${filters[@]}"; do
