@@ -808,8 +808,9 @@ static C128__MAYBE_UNUSED void c128__track(c128__checker *checker, const void *a
 /* Two consecutive elements at base[i] (i even) as raw storage bits, as one vector access moves
    them: 4-byte elements one a word, narrower ones packed into `lo` (element 0 in the low bits).
    f32 rows are read once (`stream`: evict first), so that ape, which every window re-reads,
-   stays in L1; bf16 rows go without the hint (bf16-state decode measured no slower without it,
-   BENCHMARKS.md of 0.2.0). Every access of the host runner is shown to the race checker. */
+   stays in L1. bf16 rows go without the hint: with it, bf16-state boundary decode at B >= 128
+   ran 6-9 % faster but B <= 8 2-6 % and steady-state steps up to 2 % slower (DESIGN 6.1). Every
+   access of the host runner is shown to the race checker. */
 typedef struct c128__raw2 {
   uint32_t lo, hi;
 } c128__raw2;
