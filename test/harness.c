@@ -28,6 +28,23 @@ uint64_t rng_u64(rng *r) { /* splitmix64 */
 
 double rng_uniform(rng *r) { return (double)(rng_u64(r) >> 11) * 0x1.0p-53; }
 
+int64_t rng_below(rng *r, int64_t n) { return n <= 0 ? 0 : (int64_t)(rng_u64(r) % (uint64_t)n); }
+
+/* Plan fields drawn where the bounds checks live: any 32-bit value, just around `limit`, just
+   around 0, or in range. */
+int32_t rng_edgy(rng *r, int64_t limit) {
+  switch (rng_below(r, 4)) {
+  case 0:
+    return (int32_t)rng_u64(r);
+  case 1:
+    return (int32_t)(limit - 3 + rng_below(r, 6));
+  case 2:
+    return (int32_t)(rng_below(r, 5) - 2);
+  default:
+    return (int32_t)rng_below(r, limit > 0 ? limit : 1);
+  }
+}
+
 float rng_randn(rng *r) {
   double u = rng_uniform(r);
   while (u <= 0.0) u = rng_uniform(r);

@@ -16,7 +16,9 @@ typedef struct rng {
 
 rng rng_fresh(void); /* seeded from the clock and a counter, or from $C128_SEED when set */
 uint64_t rng_u64(rng *r);
-double rng_uniform(rng *r); /* [0, 1) */
+double rng_uniform(rng *r);              /* [0, 1) */
+int64_t rng_below(rng *r, int64_t n);    /* [0, n); 0 when n <= 0 */
+int32_t rng_edgy(rng *r, int64_t limit); /* near the edges of [0, limit), or anything at all */
 float rng_randn(rng *r);
 
 size_t dtype_size(c128_dtype dtype);

@@ -26,7 +26,6 @@ static void *xalloc(size_t bytes) {
   cr_assert_not_null(p);
   return p;
 }
-static int64_t below(rng *r, int64_t n) { return n <= 0 ? 0 : (int64_t)(rng_u64(r) % (uint64_t)n); }
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -247,45 +246,45 @@ Test(cpu, attack_checker_refuses_what_the_launch_refuses) { /* class 3 */
 /* Random plans of every kind of badness (model: test/test_hostile.c's random plan bytes). */
 static c128_decode_plan random_decode_plan(rng *r, int64_t span) {
   c128_decode_plan p;
-  if (below(r, 5) == 0) {
+  if (rng_below(r, 5) == 0) {
     const uint64_t a = rng_u64(r), b = rng_u64(r);
     memcpy(&p, &a, 8), memcpy((char *)&p + 8, &b, 8);
     return p;
   }
-  const int32_t page = (int32_t)below(r, span + 3) - 1;
-  p.seq_len = below(r, 8) == 0 ? 0 : (uint32_t)(1 + below(r, 700));
-  p.write_loc = page < 0 ? -1 : page * 128 + (below(r, 3) ? 127 : (int32_t)below(r, 128));
-  p.read_page_1 = below(r, 4) ? page : (int32_t)below(r, span + 3) - 1;
-  p.read_page_0 = (int32_t)below(r, span + 2) - 1;
+  const int32_t page = (int32_t)rng_below(r, span + 3) - 1;
+  p.seq_len = rng_below(r, 8) == 0 ? 0 : (uint32_t)(1 + rng_below(r, 700));
+  p.write_loc = page < 0 ? -1 : page * 128 + (rng_below(r, 3) ? 127 : (int32_t)rng_below(r, 128));
+  p.read_page_1 = rng_below(r, 4) ? page : (int32_t)rng_below(r, span + 3) - 1;
+  p.read_page_0 = (int32_t)rng_below(r, span + 2) - 1;
   return p;
 }
 static c128_compress_plan random_compress_plan(rng *r, int64_t rows, int64_t span) {
   c128_compress_plan p;
-  if (below(r, 5) == 0) {
+  if (rng_below(r, 5) == 0) {
     const uint64_t a = rng_u64(r), b = rng_u64(r);
     memcpy(&p, &a, 8), memcpy((char *)&p + 8, &b, 8);
     return p;
   }
-  p.seq_len = below(r, 8) == 0   ? C128_INVALID_ID
-              : below(r, 8) == 0 ? (uint32_t)rng_u64(r)
-                                 : 128u * (uint32_t)(1 + below(r, 8));
-  p.buffer_len = (uint16_t)(below(r, 10) == 0 ? 127 + below(r, 3) : below(r, 128));
+  p.seq_len = rng_below(r, 8) == 0   ? C128_INVALID_ID
+              : rng_below(r, 8) == 0 ? (uint32_t)rng_u64(r)
+                                     : 128u * (uint32_t)(1 + rng_below(r, 8));
+  p.buffer_len = (uint16_t)(rng_below(r, 10) == 0 ? 127 + rng_below(r, 3) : rng_below(r, 128));
   const int64_t lo = p.buffer_len >= 127 ? 0 : 127 - p.buffer_len;
-  p.ragged_id = (uint16_t)(lo + below(r, rows - lo + 2) - below(r, 2));
-  p.read_page_1 = (int32_t)below(r, span + 3) - 1;
-  p.read_page_0 = (int32_t)below(r, span + 2) - 1;
+  p.ragged_id = (uint16_t)(lo + rng_below(r, rows - lo + 2) - rng_below(r, 2));
+  p.read_page_1 = (int32_t)rng_below(r, span + 3) - 1;
+  p.read_page_0 = (int32_t)rng_below(r, span + 2) - 1;
   return p;
 }
 static c128_write_plan random_write_plan(rng *r, int64_t rows, int64_t span) {
   c128_write_plan p;
-  if (below(r, 6) == 0) {
+  if (rng_below(r, 6) == 0) {
     const uint64_t a = rng_u64(r);
     memcpy(&p, &a, 8);
     return p;
   }
-  p.ragged_id = below(r, 10) == 0 ? C128_INVALID_ID : (uint32_t)below(r, rows + 2);
-  const int32_t page = (int32_t)below(r, span + 3) - 1;
-  p.write_loc = page < 0 ? -(int32_t)below(r, 300) - 1 : page * 128 + (int32_t)below(r, 128);
+  p.ragged_id = rng_below(r, 10) == 0 ? C128_INVALID_ID : (uint32_t)rng_below(r, rows + 2);
+  const int32_t page = (int32_t)rng_below(r, span + 3) - 1;
+  p.write_loc = page < 0 ? -(int32_t)rng_below(r, 300) - 1 : page * 128 + (int32_t)rng_below(r, 128);
   return p;
 }
 
@@ -299,34 +298,34 @@ Test(cpu, attack_property_check_equals_launch) { /* class 3 */
   static const int32_t dims[] = {128, 256, 512, 128, 64, 192, 0, -128, 1 << 20, INT32_MAX};
   const int iters = 700;
   for (int it = 0; it < iters; ++it) {
-    const int decode = (int)below(&r, 2);
-    const int32_t Dm = below(&r, 5) ? dims[below(&r, 3)] : dims[below(&r, 10)];
+    const int decode = (int)rng_below(&r, 2);
+    const int32_t Dm = rng_below(&r, 5) ? dims[rng_below(&r, 3)] : dims[rng_below(&r, 10)];
     const int32_t dval[4] = {C128_F32, C128_BF16, 7, (int32_t)rng_u64(&r)};
     int32_t dt[3];
-    for (int k = 0; k < 3; ++k) dt[k] = below(&r, 12) ? dval[below(&r, 2)] : dval[below(&r, 4)];
+    for (int k = 0; k < 3; ++k) dt[k] = rng_below(&r, 12) ? dval[rng_below(&r, 2)] : dval[rng_below(&r, 4)];
     const int Da = Dm == 128 || Dm == 256 || Dm == 512 ? Dm : 128; /* what the tensors are sized for */
-    const int64_t pages = below(&r, 4);
-    const int64_t rows = below(&r, 4) ? below(&r, 300) : 0;
-    const int64_t n1 = below(&r, 9), n2 = below(&r, 9);
+    const int64_t pages = rng_below(&r, 4);
+    const int64_t rows = rng_below(&r, 4) ? rng_below(&r, 300) : 0;
+    const int64_t n1 = rng_below(&r, 9), n2 = rng_below(&r, 9);
     /* Sizes as passed: mostly the buffers', sometimes a value the launch must refuse (never one it
        would accept beyond the buffers). */
-    int64_t a_pages = pages, a_rows = rows, a_out = below(&r, 6) ? n1 + below(&r, 3) : below(&r, n1 + 1);
+    int64_t a_pages = pages, a_rows = rows, a_out = rng_below(&r, 6) ? n1 + rng_below(&r, 3) : rng_below(&r, n1 + 1);
     int64_t c1 = n1, c2 = n2;
-    switch (below(&r, 12)) {
+    switch (rng_below(&r, 12)) {
     case 0:
-      a_pages = below(&r, 2) ? -1 - below(&r, 9) : INT64_MAX - below(&r, 9);
+      a_pages = rng_below(&r, 2) ? -1 - rng_below(&r, 9) : INT64_MAX - rng_below(&r, 9);
       break;
     case 1:
-      a_rows = below(&r, 2) ? -1 : C128_MAX_PREFILL_ROWS + 1 + below(&r, 1000);
+      a_rows = rng_below(&r, 2) ? -1 : C128_MAX_PREFILL_ROWS + 1 + rng_below(&r, 1000);
       break;
     case 2:
-      a_out = below(&r, 2) ? -1 : INT64_MAX;
+      a_out = rng_below(&r, 2) ? -1 : INT64_MAX;
       break;
     case 3:
-      c1 = below(&r, 2) ? -1 - below(&r, 5) : below(&r, 2) ? INT64_MAX : C128_MAX_PREFILL_ROWS + 1;
+      c1 = rng_below(&r, 2) ? -1 - rng_below(&r, 5) : rng_below(&r, 2) ? INT64_MAX : C128_MAX_PREFILL_ROWS + 1;
       break;
     case 4:
-      c2 = below(&r, 2) ? -1 : INT64_C(1) << 61;
+      c2 = rng_below(&r, 2) ? -1 : INT64_C(1) << 61;
       break;
     case 5:
       c1 = 0, c2 = 0;
@@ -335,21 +334,21 @@ Test(cpu, attack_property_check_equals_launch) { /* class 3 */
       break;
     }
     c128_shared_layout lay = {0, 0, 0};
-    switch (below(&r, 6)) {
+    switch (rng_below(&r, 6)) {
     case 0:
-      lay.size = 2 + (int32_t)below(&r, 2), lay.rank = (int32_t)below(&r, lay.size), lay.pages_per_rank = 2;
+      lay.size = 2 + (int32_t)rng_below(&r, 2), lay.rank = (int32_t)rng_below(&r, lay.size), lay.pages_per_rank = 2;
       break;
     case 1:
-      lay.size = (int32_t)below(&r, 3) - 1, lay.rank = (int32_t)below(&r, 3) - 1,
-      lay.pages_per_rank = (int32_t)below(&r, 3) - 1;
+      lay.size = (int32_t)rng_below(&r, 3) - 1, lay.rank = (int32_t)rng_below(&r, 3) - 1,
+      lay.pages_per_rank = (int32_t)rng_below(&r, 3) - 1;
       break;
     case 2:
-      lay.size = INT32_MAX, lay.rank = (int32_t)below(&r, 2) ? INT32_MAX - 1 : 0, lay.pages_per_rank = 1;
+      lay.size = INT32_MAX, lay.rank = (int32_t)rng_below(&r, 2) ? INT32_MAX - 1 : 0, lay.pages_per_rank = 1;
       break;
     default:
       break;
     }
-    const int32_t group = below(&r, 4) ? 0 : (int32_t)below(&r, 40) - 3;
+    const int32_t group = rng_below(&r, 4) ? 0 : (int32_t)rng_below(&r, 40) - 3;
     const size_t es = 4;
     void *state = xalloc((size_t)pages * 128 * 2 * Da * es + 16),
          *input = xalloc((size_t)(decode ? n1 : rows) * 2 * Da * es + 16);
@@ -367,7 +366,7 @@ Test(cpu, attack_property_check_equals_launch) { /* class 3 */
     c128_status check, launch, gpu = C128_SUCCESS;
     char what[200], msg[256];
     c128_host_options o = cpu_options(0, msg, sizeof msg);
-    o.reverse_blocks = (int32_t)below(&r, 2);
+    o.reverse_blocks = (int32_t)rng_below(&r, 2);
     c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
     if (decode) {
       c128_decode_args a;
@@ -655,7 +654,7 @@ static void scribble_start(scribbler *s, void *words, size_t bytes, rng *r) {
   memset(s, 0, sizeof *s);
   s->words = words, s->seed = rng_u64(r);
   for (int w = 0; w < SCRIBBLE_WORDS; ++w)
-    s->at[w] = (size_t)below(r, (int64_t)(bytes / 4)), s->orig[w] = s->words[s->at[w]];
+    s->at[w] = (size_t)rng_below(r, (int64_t)(bytes / 4)), s->orig[w] = s->words[s->at[w]];
   cr_assert_eq(pthread_create(&s->thread, NULL, scribble, s), 0);
   while (!__atomic_load_n(&s->started, __ATOMIC_ACQUIRE)) {
   }
@@ -704,11 +703,12 @@ Test(cpu, attack_planners_with_a_thread_scribbling_the_requests) { /* class 4 */
   for (int it = 0; it < ITERS; ++it) {
     c128_ring ring;
     memset(&ring, 0, sizeof ring);
-    ring.ring_tokens = 128 * (int32_t)(1 + below(&r, 2));
-    ring.speculative = (int32_t)below(&r, 2);
+    ring.ring_tokens = 128 * (int32_t)(1 + rng_below(&r, 2));
+    ring.speculative = (int32_t)rng_below(&r, 2);
     ring.state_pages = 2 * N + 8;
     for (int i = 0; i < N; ++i)
-      q[i] = (c128_request){i, (int32_t)(1 + below(&r, 40)), 0}, q[i].extend_len = 1 + (int32_t)below(&r, q[i].seq_len);
+      q[i] = (c128_request){i, (int32_t)(1 + rng_below(&r, 40)), 0},
+      q[i].extend_len = 1 + (int32_t)rng_below(&r, q[i].seq_len);
     const int mode = it % 3; /* host prefill, host decode, device prefill (host path) */
     guarded gc, gw, gd;
     c128_compress_plan *cp = guarded_make(&gc, CAP * sizeof *cp);
@@ -723,7 +723,7 @@ Test(cpu, attack_planners_with_a_thread_scribbling_the_requests) { /* class 4 */
     int64_t nc = 0, nw = 0;
     if (mode == 0) {
       c128_prefill_plans p = {cp, wp, CAP, 0, -7, -7};
-      st = c128_plan_prefill(&ring, q, N, (int32_t)below(&r, 2), &p);
+      st = c128_plan_prefill(&ring, q, N, (int32_t)rng_below(&r, 2), &p);
       nc = p.num_compress, nw = p.num_write;
     } else if (mode == 1) {
       st = c128_plan_decode(&ring, q, N, dp);
@@ -776,8 +776,8 @@ Test(cpu, attack_planners_with_a_thread_scribbling_the_page_table) { /* class 4 
     ring.page_table = table, ring.page_table_stride = STRIDE, ring.num_pool = POOL;
     c128_request q[POOL];
     for (int i = 0; i < POOL; ++i)
-      q[i] = (c128_request){i, (int32_t)(1 + below(&r, 700)), 0},
-      q[i].extend_len = 1 + (int32_t)below(&r, q[i].seq_len);
+      q[i] = (c128_request){i, (int32_t)(1 + rng_below(&r, 700)), 0},
+      q[i].extend_len = 1 + (int32_t)rng_below(&r, q[i].seq_len);
     guarded gc, gw;
     c128_compress_plan *cp = guarded_make(&gc, CAP * sizeof *cp);
     c128_write_plan *wp = guarded_make(&gw, CAP * sizeof *wp);
@@ -1206,31 +1206,33 @@ Test(cpu, attack_property_planner_implies_checker) { /* classes 9 and 12 */
   rng r = rng_fresh();
   int planned = 0, refused[32] = {0};
   for (int it = 0; it < 3000; ++it) {
-    const int decode = (int)below(&r, 3) == 0;
+    const int decode = (int)rng_below(&r, 3) == 0;
     c128_ring ring;
     memset(&ring, 0, sizeof ring);
-    ring.ring_tokens = 128 * (int32_t)(1 + below(&r, 3));
-    ring.speculative = (int32_t)below(&r, 2);
-    ring.state_pages = 4 + below(&r, 20);
+    ring.ring_tokens = 128 * (int32_t)(1 + rng_below(&r, 3));
+    ring.speculative = (int32_t)rng_below(&r, 2);
+    ring.state_pages = 4 + rng_below(&r, 20);
     int32_t table[12 * 3];
-    if (below(&r, 2)) {
-      ring.num_pool = 1 + below(&r, 12), ring.page_table_stride = ring.ring_tokens / 128;
+    if (rng_below(&r, 2)) {
+      ring.num_pool = 1 + rng_below(&r, 12), ring.page_table_stride = ring.ring_tokens / 128;
       for (int k = 0; k < ring.num_pool * ring.page_table_stride; ++k)
-        table[k] = below(&r, 6) ? (int32_t)below(&r, ring.state_pages) : (int32_t)below(&r, ring.state_pages + 2) - 1;
+        table[k] = rng_below(&r, 6) ? (int32_t)rng_below(&r, ring.state_pages)
+                                    : (int32_t)rng_below(&r, ring.state_pages + 2) - 1;
       ring.page_table = table;
     }
     const int64_t pools = ring.page_table ? ring.num_pool : ring.state_pages / (ring.ring_tokens / 128);
     c128_request q[12];
-    const int64_t n = 1 + below(&r, 8);
+    const int64_t n = 1 + rng_below(&r, 8);
     for (int64_t k = 0; k < n; ++k) {
-      q[k].pool_index = (int32_t)(below(&r, 10) ? below(&r, pools) : below(&r, pools + 2) - 1);
-      q[k].seq_len = (int32_t)below(&r, 600);
-      q[k].extend_len =
-          decode ? 1 : (int32_t)(below(&r, 10) ? 1 + below(&r, q[k].seq_len > 0 ? q[k].seq_len : 1) : below(&r, 3));
-      if (below(&r, 10) == 0) q[k].seq_len = q[k].extend_len = 0;
+      q[k].pool_index = (int32_t)(rng_below(&r, 10) ? rng_below(&r, pools) : rng_below(&r, pools + 2) - 1);
+      q[k].seq_len = (int32_t)rng_below(&r, 600);
+      q[k].extend_len = decode ? 1
+                               : (int32_t)(rng_below(&r, 10) ? 1 + rng_below(&r, q[k].seq_len > 0 ? q[k].seq_len : 1)
+                                                             : rng_below(&r, 3));
+      if (rng_below(&r, 10) == 0) q[k].seq_len = q[k].extend_len = 0;
     }
-    const int64_t cap = below(&r, 4) ? 1200 : below(&r, 300);
-    const int verify = !decode && below(&r, 4) == 0;
+    const int64_t cap = rng_below(&r, 4) ? 1200 : rng_below(&r, 300);
+    const int verify = !decode && rng_below(&r, 4) == 0;
     static c128_compress_plan cp[1200], dcp[1200];
     static c128_write_plan wp[1200], dwp[1200];
     static c128_decode_plan dp[12], ddp[12];
@@ -1493,8 +1495,8 @@ Test(cpu, attack_property_first_offending_plan) { /* class 14 */
   rng r = rng_fresh();
   int named = 0;
   for (int it = 0; it < 4000; ++it) {
-    const int decode = (int)below(&r, 2);
-    const int64_t n1 = 1 + below(&r, 12), n2 = below(&r, 16), span = 2 + below(&r, 4);
+    const int decode = (int)rng_below(&r, 2);
+    const int64_t n1 = 1 + rng_below(&r, 12), n2 = rng_below(&r, 16), span = 2 + rng_below(&r, 4);
     c128_decode_plan dp[12];
     c128_compress_plan cp[12];
     c128_write_plan wp[16];
@@ -1504,10 +1506,10 @@ Test(cpu, attack_property_first_offending_plan) { /* class 14 */
     }
     for (int64_t k = 0; k < n2; ++k) {
       wp[k] = random_write_plan(&r, ROWS, span);
-      if (k && below(&r, 4) == 0) wp[k].write_loc = wp[below(&r, k)].write_loc; /* duplicates */
+      if (k && rng_below(&r, 4) == 0) wp[k].write_loc = wp[rng_below(&r, k)].write_loc; /* duplicates */
     }
     for (int64_t k = 1; decode && k < n1; ++k)
-      if (below(&r, 4) == 0) dp[k] = dp[below(&r, k)];
+      if (rng_below(&r, 4) == 0) dp[k] = dp[rng_below(&r, k)];
     c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
     c128_decode_args d;
     c128_prefill_args p;
@@ -1961,10 +1963,11 @@ Test(gpu, attack_gpu_planner_requests_rewritten_during_the_call) { /* class 4 */
   for (int v = 0; v < VARIANTS; ++v)
     for (int i = 0; i < N; ++i) {
       c128_request *q = &variants[v * N + i];
-      q->pool_index = i, q->seq_len = 1 + (int32_t)below(&r, 60), q->extend_len = 1 + (int32_t)below(&r, q->seq_len);
-      if (v == 1 && below(&r, 50) == 0) q->extend_len = INT32_MAX;             /* refused */
-      if (v == 2 && below(&r, 50) == 0) q->pool_index = (int32_t)below(&r, N); /* shared */
-      if (v == 3 && below(&r, 50) == 0) q->seq_len = -1;
+      q->pool_index = i, q->seq_len = 1 + (int32_t)rng_below(&r, 60),
+      q->extend_len = 1 + (int32_t)rng_below(&r, q->seq_len);
+      if (v == 1 && rng_below(&r, 50) == 0) q->extend_len = INT32_MAX;                 /* refused */
+      if (v == 2 && rng_below(&r, 50) == 0) q->pool_index = (int32_t)rng_below(&r, N); /* shared */
+      if (v == 3 && rng_below(&r, 50) == 0) q->seq_len = -1;
     }
   c128_ring ring;
   memset(&ring, 0, sizeof ring);

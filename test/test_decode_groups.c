@@ -16,22 +16,6 @@
 
 enum { STEPS = 2, EXTRA_OUT = 3, GUARD = 4096, WIN = REF_WINDOW, LAST = REF_WINDOW - 1, CANARY = 0x5A };
 
-static int64_t below(rng *r, int64_t n) { return (int64_t)(rng_u64(r) % (uint64_t)n); }
-
-/* Values near the edges of a range [0, limit), or anything at all (as test_hostile.c draws them). */
-static int32_t edgy(rng *r, int64_t limit) {
-  switch (below(r, 4)) {
-  case 0:
-    return (int32_t)rng_u64(r);
-  case 1:
-    return (int32_t)(limit - 3 + below(r, 6));
-  case 2:
-    return (int32_t)(below(r, 5) - 2);
-  default:
-    return (int32_t)below(r, limit > 0 ? limit : 1);
-  }
-}
-
 /* What request b's plans are. Valid and hostile plans that name a page use pages no other
    request touches, so no two requests store one row and no window reads a row that another
    request stores: the launch is race-free whatever the grouping, hence deterministic. */
@@ -90,7 +74,7 @@ static void make_plans(rng *r, int64_t batch, int64_t pages, c128_decode_plan *p
   cr_assert(pp.owner && pp.order && kind);
   for (int64_t i = 0; i < pages; ++i) pp.owner[i] = -1, pp.order[i] = (int32_t)i;
   for (int64_t i = pages - 1; i > 0; --i) {
-    const int64_t j = below(r, i + 1);
+    const int64_t j = rng_below(r, i + 1);
     const int32_t t = pp.order[i];
     pp.order[i] = pp.order[j], pp.order[j] = t;
   }
@@ -100,9 +84,9 @@ static void make_plans(rng *r, int64_t batch, int64_t pages, c128_decode_plan *p
                                      KIND_OFF,      KIND_OFF,      KIND_OFF,      KIND_OFF,       KIND_OFF,
                                      KIND_FOREIGN,  KIND_BAD_READ, KIND_BAD_READ, KIND_BAD_WRITE, KIND_BAD_WRITE,
                                      KIND_PAD_SEQ0, KIND_PAD_NEG,  KIND_RANDOM,   KIND_RANDOM,    KIND_RANDOM};
-  for (int64_t b = 0; b < batch; ++b) kind[b] = b < KIND_COUNT ? (plan_kind)b : draw[below(r, 20)];
+  for (int64_t b = 0; b < batch; ++b) kind[b] = b < KIND_COUNT ? (plan_kind)b : draw[rng_below(r, 20)];
   for (int64_t i = batch - 1; i > 0; --i) {
-    const int64_t j = below(r, i + 1);
+    const int64_t j = rng_below(r, i + 1);
     const plan_kind t = kind[i];
     kind[i] = kind[j], kind[j] = t;
   }
@@ -110,7 +94,7 @@ static void make_plans(rng *r, int64_t batch, int64_t pages, c128_decode_plan *p
   for (int pass = 0; pass < 2; ++pass) /* random plans last: they must keep off every other page */
     for (int64_t b = 0; b < batch; ++b) {
       if ((kind[b] == KIND_RANDOM) != (pass == 1)) continue;
-      const uint32_t n = (uint32_t)(1 + below(r, 8)); /* the window the new token belongs to */
+      const uint32_t n = (uint32_t)(1 + rng_below(r, 8)); /* the window the new token belongs to */
       int32_t p = -1, q = -1;
       switch (kind[b]) {
       case KIND_BOUNDARY:
@@ -120,7 +104,7 @@ static void make_plans(rng *r, int64_t batch, int64_t pages, c128_decode_plan *p
         break;
       case KIND_OFF: {
         p = take_page(&pp, b);
-        const int32_t slot = below(r, 3) == 0 ? 0 : (int32_t)(1 + below(r, LAST - 1)); /* 0 or 1 .. 126 */
+        const int32_t slot = rng_below(r, 3) == 0 ? 0 : (int32_t)(1 + rng_below(r, LAST - 1)); /* 0 or 1 .. 126 */
         s1[b] = slot ? (c128_decode_plan){WIN * n + (uint32_t)slot, p * WIN + slot - 1, p, p}
                      : (c128_decode_plan){WIN * n, p * WIN + LAST, p, p};
         s2[b] = (c128_decode_plan){WIN * n + (uint32_t)slot + 1, p * WIN + slot, p, p};
@@ -128,40 +112,43 @@ static void make_plans(rng *r, int64_t batch, int64_t pages, c128_decode_plan *p
       }
       case KIND_FOREIGN:
         p = take_page(&pp, b), q = take_page(&pp, b);
-        s1[b] = (c128_decode_plan){WIN * n + 5, q * WIN + (int32_t)below(r, LAST), q, q};
+        s1[b] = (c128_decode_plan){WIN * n + 5, q * WIN + (int32_t)rng_below(r, LAST), q, q};
         s2[b] = (c128_decode_plan){WIN * (n + 1), p * WIN + LAST, p, q};
         break;
       case KIND_BAD_READ: {
         p = take_page(&pp, b);
-        const int32_t bad[6] = {-1,        (int32_t)pages, (int32_t)(pages + below(r, 1000)),
-                                INT32_MAX, INT32_MIN,      (int32_t)(-1 - below(r, 1000))};
+        const int32_t bad[6] = {-1,        (int32_t)pages, (int32_t)(pages + rng_below(r, 1000)),
+                                INT32_MAX, INT32_MIN,      (int32_t)(-1 - rng_below(r, 1000))};
         s1[b] = (c128_decode_plan){WIN * (n + 1) - 1, p * WIN + LAST - 1, p, p};
-        s2[b] = (c128_decode_plan){WIN * (n + 1), p * WIN + LAST, p, bad[below(r, 6)]};
+        s2[b] = (c128_decode_plan){WIN * (n + 1), p * WIN + LAST, p, bad[rng_below(r, 6)]};
         break;
       }
       case KIND_BAD_WRITE: {
-        const int32_t bad[4] = {(int32_t)(pages * WIN + below(r, WIN)),
-                                (int32_t)((pages + below(r, 1000)) * WIN + LAST), INT32_MAX,
-                                (int32_t)(INT32_MAX - below(r, WIN))};
-        s2[b] = (c128_decode_plan){WIN * (n + 1), bad[below(r, 4)], edgy(r, pages), (int32_t)below(r, pages)};
+        const int32_t bad[4] = {(int32_t)(pages * WIN + rng_below(r, WIN)),
+                                (int32_t)((pages + rng_below(r, 1000)) * WIN + LAST), INT32_MAX,
+                                (int32_t)(INT32_MAX - rng_below(r, WIN))};
+        s2[b] =
+            (c128_decode_plan){WIN * (n + 1), bad[rng_below(r, 4)], rng_edgy(r, pages), (int32_t)rng_below(r, pages)};
         s1[b] = s2[b];
         break;
       }
       case KIND_PAD_SEQ0:
-        s2[b] = (c128_decode_plan){0, (int32_t)(below(r, pages) * WIN + (below(r, 2) ? LAST : below(r, WIN))),
-                                   edgy(r, pages), (int32_t)below(r, pages)};
+        s2[b] =
+            (c128_decode_plan){0, (int32_t)(rng_below(r, pages) * WIN + (rng_below(r, 2) ? LAST : rng_below(r, WIN))),
+                               rng_edgy(r, pages), (int32_t)rng_below(r, pages)};
         s1[b] = s2[b];
         break;
       case KIND_PAD_NEG: {
-        const int32_t neg[3] = {-1, INT32_MIN, (int32_t)(-1 - below(r, pages * WIN))};
-        s2[b] = (c128_decode_plan){below(r, 2) ? (uint32_t)(1 + below(r, 1000)) : (uint32_t)rng_u64(r) | 1u,
-                                   neg[below(r, 3)], edgy(r, pages), edgy(r, pages)};
+        const int32_t neg[3] = {-1, INT32_MIN, (int32_t)(-1 - rng_below(r, pages * WIN))};
+        s2[b] = (c128_decode_plan){rng_below(r, 2) ? (uint32_t)(1 + rng_below(r, 1000)) : (uint32_t)rng_u64(r) | 1u,
+                                   neg[rng_below(r, 3)], rng_edgy(r, pages), rng_edgy(r, pages)};
         s1[b] = s2[b];
         break;
       }
       default: /* KIND_RANDOM */
-        s2[b] = (c128_decode_plan){(uint32_t)edgy(r, 600), edgy(r, pages * WIN), edgy(r, pages), edgy(r, pages)};
-        if (below(r, 3) == 0 && s2[b].write_loc >= 0) s2[b].write_loc = s2[b].write_loc / WIN * WIN + LAST;
+        s2[b] = (c128_decode_plan){(uint32_t)rng_edgy(r, 600), rng_edgy(r, pages * WIN), rng_edgy(r, pages),
+                                   rng_edgy(r, pages)};
+        if (rng_below(r, 3) == 0 && s2[b].write_loc >= 0) s2[b].write_loc = s2[b].write_loc / WIN * WIN + LAST;
         if (!claim(&pp, s2[b], b)) s2[b].seq_len = 0; /* it would race: now padding, its other bytes kept */
         s1[b] = s2[b];
         break;

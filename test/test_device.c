@@ -32,20 +32,18 @@ typedef struct batch {
   int32_t verify;
 } batch;
 
-static int64_t below(rng *r, int64_t n) { return (int64_t)(rng_u64(r) % (uint64_t)n); }
-
 /* Legacy ring, speculative R = 256 ring, or a shuffled page table; sometimes one bad request. */
 static void random_batch(rng *r, batch *b, int decode) {
   memset(b, 0, sizeof *b);
-  const int layout = (int)below(r, 3);
+  const int layout = (int)rng_below(r, 3);
   b->ring.ring_tokens = layout == 0 ? 128 : 256;
-  b->ring.speculative = layout == 1 || (layout == 2 && below(r, 2));
+  b->ring.speculative = layout == 1 || (layout == 2 && rng_below(r, 2));
   b->ring.state_pages = layout == 0 ? POOL : 2 * POOL + 8;
   if (layout == 2) { /* pages 0..39 shuffled; rows are pool indices */
     int32_t pages[2 * POOL + 8];
     for (int i = 0; i < 2 * POOL + 8; ++i) pages[i] = i;
     for (int i = 2 * POOL + 7; i > 0; --i) {
-      const int j = (int)below(r, i + 1);
+      const int j = (int)rng_below(r, i + 1);
       const int32_t t = pages[i];
       pages[i] = pages[j], pages[j] = t;
     }
@@ -57,25 +55,25 @@ static void random_batch(rng *r, batch *b, int decode) {
   int32_t pool[POOL];
   for (int i = 0; i < POOL; ++i) pool[i] = i;
   for (int i = POOL - 1; i > 0; --i) {
-    const int j = (int)below(r, i + 1);
+    const int j = (int)rng_below(r, i + 1);
     const int32_t t = pool[i];
     pool[i] = pool[j], pool[j] = t;
   }
-  b->n = 1 + below(r, POOL - 1);
-  b->verify = !decode && b->ring.speculative && below(r, 3) == 0;
+  b->n = 1 + rng_below(r, POOL - 1);
+  b->verify = !decode && b->ring.speculative && rng_below(r, 3) == 0;
   for (int64_t i = 0; i < b->n; ++i) {
     c128_request *q = &b->req[i];
     q->pool_index = pool[i];
-    if (decode) q->seq_len = (int32_t)below(r, 700), q->extend_len = 1;
+    if (decode) q->seq_len = (int32_t)rng_below(r, 700), q->extend_len = 1;
     else if (b->verify)
-      q->extend_len = (int32_t)(1 + below(r, 130)), q->seq_len = q->extend_len + (int32_t)below(r, 600);
+      q->extend_len = (int32_t)(1 + rng_below(r, 130)), q->seq_len = q->extend_len + (int32_t)rng_below(r, 600);
     else
-      q->extend_len = (int32_t)(1 + below(r, below(r, 4) ? 300 : 1100)),
-      q->seq_len = q->extend_len + (int32_t)below(r, 700);
+      q->extend_len = (int32_t)(1 + rng_below(r, rng_below(r, 4) ? 300 : 1100)),
+      q->seq_len = q->extend_len + (int32_t)rng_below(r, 700);
   }
-  if (below(r, 4) != 0) return;
-  c128_request *q = &b->req[below(r, b->n)];
-  switch (below(r, 7)) {
+  if (rng_below(r, 4) != 0) return;
+  c128_request *q = &b->req[rng_below(r, b->n)];
+  switch (rng_below(r, 7)) {
   case 0:
     q->extend_len = q->seq_len + 1;
     break;
@@ -83,16 +81,16 @@ static void random_batch(rng *r, batch *b, int decode) {
     q->extend_len = 0;
     break;
   case 2:
-    q->pool_index = below(r, 2) ? -1 : (layout == 2 ? POOL : (int32_t)b->ring.state_pages);
+    q->pool_index = rng_below(r, 2) ? -1 : (layout == 2 ? POOL : (int32_t)b->ring.state_pages);
     break;
   case 3:
     q->seq_len = -5;
     break;
   case 4:
-    if (layout == 2) b->table[q->pool_index * TABLE_STRIDE + below(r, 2)] = below(r, 2) ? -1 : 1000;
+    if (layout == 2) b->table[q->pool_index * TABLE_STRIDE + rng_below(r, 2)] = rng_below(r, 2) ? -1 : 1000;
     break;
   case 5:
-    b->verify = 1, q->extend_len = 131 + (int32_t)below(r, 3), q->seq_len = q->extend_len + 7;
+    b->verify = 1, q->extend_len = 131 + (int32_t)rng_below(r, 3), q->seq_len = q->extend_len + 7;
     break;
   default:
     b->req[0].extend_len = 40000, b->req[0].seq_len = 40000, q->extend_len = 30000, q->seq_len = 30500;
@@ -108,16 +106,16 @@ static int64_t rows_of(const batch *b) {
 
 /* The device planner (on `be`) over b plus one absent request, against the host planner over b. */
 static void compare_prefill_planners(backend be, rng *r, const batch *b) {
-  const int64_t rows = rows_of(b), cap = rows - below(r, rows < 3 ? rows : 3); /* sometimes too small */
+  const int64_t rows = rows_of(b), cap = rows - rng_below(r, rows < 3 ? rows : 3); /* sometimes too small */
   c128_compress_plan *hc = malloc((size_t)rows * sizeof *hc), *dc = malloc((size_t)rows * sizeof *dc);
   c128_write_plan *hw = malloc((size_t)rows * sizeof *hw), *dw = malloc((size_t)rows * sizeof *dw);
   c128_prefill_plans hp = {hc, hw, cap, 1, 0, 0};
   const c128_status want = c128_plan_prefill(&b->ring, b->req, b->n, b->verify, &hp);
 
   c128_request req[MAX_REQ + 1];
-  const int64_t gap = below(r, b->n + 1);
+  const int64_t gap = rng_below(r, b->n + 1);
   memcpy(req, b->req, (size_t)gap * sizeof *req);
-  req[gap] = (c128_request){(int32_t)below(r, 100), 0, 0};
+  req[gap] = (c128_request){(int32_t)rng_below(r, 100), 0, 0};
   memcpy(req + gap + 1, b->req + gap, (size_t)(b->n - gap) * sizeof *req);
   const int64_t n = b->n + 1;
   size_t ws_bytes = c128_plan_workspace_size(n);
@@ -256,7 +254,7 @@ Test(gpu, graph_decode_step_matches_eager) {
   c128_ring ring = {0};
   ring.state_pages = GPAGES;
   c128_request req[GB];
-  for (int b = 0; b < GB; ++b) req[b] = (c128_request){(int32_t)(GPAGES - 1 - 2 * b), (int32_t)below(&r, 400), 1};
+  for (int b = 0; b < GB; ++b) req[b] = (c128_request){(int32_t)(GPAGES - 1 - 2 * b), (int32_t)rng_below(&r, 400), 1};
   c128_request *d_req = dev_from(req, sizeof req);
   c128_decode_plan *d_plans = dev_alloc(sizeof(c128_decode_plan) * GB),
                    *e_plans = dev_alloc(sizeof(c128_decode_plan) * GB);
@@ -337,7 +335,7 @@ Test(gpu, graph_prefill_step_matches_eager) {
   for (int step = 0; step < PSTEPS; ++step) {
     int64_t rows = 0;
     for (int i = 0; i < N; ++i) {
-      req[i].extend_len = (int32_t)(1 + below(&r, 160));
+      req[i].extend_len = (int32_t)(1 + rng_below(&r, 160));
       req[i].seq_len += req[i].extend_len;
       rows += req[i].extend_len;
     }
@@ -413,11 +411,11 @@ static void pdl_matches_plain(int prefill) {
   char *plans = calloc((size_t)steps * CAP, sizeof(c128_compress_plan) + sizeof(c128_write_plan));
   int64_t *counts = calloc((size_t)steps * 2, sizeof(int64_t));
   c128_request req[GB];
-  for (int b = 0; b < GB; ++b) req[b] = (c128_request){(int32_t)(2 * b + 1), (int32_t)below(&r, 300), 1};
+  for (int b = 0; b < GB; ++b) req[b] = (c128_request){(int32_t)(2 * b + 1), (int32_t)rng_below(&r, 300), 1};
   for (int t = 0; t < steps; ++t) {
     if (prefill) { /* 3 requests; extends of 1..150 tokens, many windows straddle batches */
       for (int b = 0; b < 3; ++b)
-        req[b].extend_len = (int32_t)(1 + below(&r, 150)), req[b].seq_len += req[b].extend_len;
+        req[b].extend_len = (int32_t)(1 + rng_below(&r, 150)), req[b].seq_len += req[b].extend_len;
       c128_prefill_plans p = {(c128_compress_plan *)plans + (size_t)t * CAP,
                               (c128_write_plan *)(plans + (size_t)steps * CAP * sizeof(c128_compress_plan)) +
                                   (size_t)t * CAP,

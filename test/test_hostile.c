@@ -16,8 +16,6 @@
     cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_)); \
   } while (0)
 
-static int64_t below(rng *r, int64_t n) { return (int64_t)(rng_u64(r) % (uint64_t)n); }
-
 /* ---- non-finite input ---------------------------------------------------------------------- */
 enum { ND = 128, NROW = 2 * ND };
 
@@ -35,7 +33,7 @@ typedef enum nonfinite {
 
 static void plant(float *rows, nonfinite kind, rng *r) { /* rows = one window, 128 x NROW */
   for (int c = 0; c < ND; c += 3) {
-    const int j = (int)below(r, 128);
+    const int j = (int)rng_below(r, 128);
     switch (kind) {
     case NAN_SCORE:
       rows[j * NROW + ND + c] = NAN;
@@ -53,7 +51,7 @@ static void plant(float *rows, nonfinite kind, rng *r) { /* rows = one window, 1
       for (int i = 16; i < 24; ++i) rows[i * NROW + ND + c] = -INFINITY;
       break;
     case INF_KV:
-      rows[j * NROW + c] = below(r, 2) ? INFINITY : -INFINITY;
+      rows[j * NROW + c] = rng_below(r, 2) ? INFINITY : -INFINITY;
       break;
     default:
       rows[j * NROW + c] = NAN;
@@ -117,27 +115,17 @@ Test(gpu, nonfinite_policy) { nonfinite_case(BACKEND_GPU); }
 /* ---- plans of random bytes on the GPU --------------------------------------------------------- */
 enum { HD = 256, HROW = 2 * HD, HPAGES = 5, HROWS = 200, HOUT = 60, GUARD = 4096 };
 
-/* Values near the edges of every valid range, or anything at all. */
-static int32_t edgy(rng *r, int64_t limit) {
-  switch (below(r, 4)) {
-  case 0:
-    return (int32_t)rng_u64(r);
-  case 1:
-    return (int32_t)(limit - 3 + below(r, 6));
-  case 2:
-    return (int32_t)(below(r, 5) - 2);
-  default:
-    return (int32_t)below(r, limit > 0 ? limit : 1);
-  }
-}
-
 static void random_plans(rng *r, c128_decode_plan *d, c128_compress_plan *c, c128_write_plan *w) {
   for (int i = 0; i < HROWS; ++i) {
-    d[i] = (c128_decode_plan){(uint32_t)edgy(r, 600), edgy(r, HPAGES * 128), edgy(r, HPAGES), edgy(r, HPAGES)};
-    if (below(r, 3) == 0) d[i].write_loc = d[i].write_loc / 128 * 128 + 127; /* boundaries are the interesting case */
-    c[i] = (c128_compress_plan){below(r, 8) ? (uint32_t)edgy(r, 600) : C128_INVALID_ID, (uint16_t)edgy(r, HROWS),
-                                (uint16_t)edgy(r, 128), edgy(r, HPAGES), edgy(r, HPAGES)};
-    w[i] = (c128_write_plan){below(r, 8) ? (uint32_t)edgy(r, HROWS) : C128_INVALID_ID, edgy(r, HPAGES * 128)};
+    d[i] = (c128_decode_plan){(uint32_t)rng_edgy(r, 600), rng_edgy(r, HPAGES * 128), rng_edgy(r, HPAGES),
+                              rng_edgy(r, HPAGES)};
+    if (rng_below(r, 3) == 0)
+      d[i].write_loc = d[i].write_loc / 128 * 128 + 127; /* boundaries are the interesting case */
+    c[i] = (c128_compress_plan){rng_below(r, 8) ? (uint32_t)rng_edgy(r, 600) : C128_INVALID_ID,
+                                (uint16_t)rng_edgy(r, HROWS), (uint16_t)rng_edgy(r, 128), rng_edgy(r, HPAGES),
+                                rng_edgy(r, HPAGES)};
+    w[i] =
+        (c128_write_plan){rng_below(r, 8) ? (uint32_t)rng_edgy(r, HROWS) : C128_INVALID_ID, rng_edgy(r, HPAGES * 128)};
   }
 }
 
@@ -194,7 +182,8 @@ Test(gpu, random_plan_bytes_stay_inside_the_buffers) {
     const int comparable = round % 4 != 3; /* every fourth round keeps its races: canaries only */
     if (comparable) drop_races(d, w);
     c128_shared_layout layout = {0, 0, 0};
-    if (below(&r, 3) == 0) layout = (c128_shared_layout){(int32_t)below(&r, 2), 2, (int32_t)(1 + below(&r, 3))};
+    if (rng_below(&r, 3) == 0)
+      layout = (c128_shared_layout){(int32_t)rng_below(&r, 2), 2, (int32_t)(1 + rng_below(&r, 3))};
     const int decode = round % 2;
     guarded gs = guarded_make(state, state_bytes), go = guarded_make(out, out_bytes);
     guarded gi = guarded_make(input, HROWS * HROW * sizeof(float)), ga = guarded_make(ape, 128 * HD * sizeof(float));
@@ -301,7 +290,7 @@ Test(gpu, threads_and_streams_are_independent) {
     rows_fill(state0, TPAGES * 128, HD, C128_F32, &r, 1.0f);
     rows_fill(inputs, (size_t)TSTEPS * TB, HD, C128_F32, &r, 1.0f);
     c128_request req[TB];
-    for (int b = 0; b < TB; ++b) req[b] = (c128_request){(int32_t)b, (int32_t)(100 + below(&r, 60)), 1};
+    for (int b = 0; b < TB; ++b) req[b] = (c128_request){(int32_t)b, (int32_t)(100 + rng_below(&r, 60)), 1};
     for (int t = 0; t < TSTEPS; ++t) {
       for (int b = 0; b < TB; ++b) req[b].seq_len++;
       cr_assert_eq(c128_plan_decode(&ring, req, TB, plans + (size_t)t * TB), C128_SUCCESS);
