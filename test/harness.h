@@ -39,6 +39,16 @@ c128_host_options cpu_options(int reverse, char *msg, size_t size);
     cudaError_t err_ = (call);                                                  \
     cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_)); \
   } while (0)
+/* A device buffer with canary bytes on both sides and a pinned host mirror of the whole:
+   dev_guarded_fetch copies it back and fails the test when a kernel wrote outside the buffer. */
+typedef struct dev_guarded {
+  char *dev, *host;
+  size_t bytes;
+} dev_guarded;
+dev_guarded dev_guarded_make(const void *contents, size_t bytes); /* contents NULL: left as canary bytes */
+void *dev_guarded_inside(const dev_guarded *g);
+const char *dev_guarded_fetch(dev_guarded *g, const char *what, uint64_t seed); /* the contents, canaries checked */
+void dev_guarded_free(dev_guarded *g);
 /* Row `row` of a kv|score tensor widened to f32 (2 * head_dim floats). */
 void row_widen(const void *base, size_t row, int head_dim, c128_dtype dtype, float *dst);
 /* An input row as the state stores it: converted to the state dtype (bits kept when equal). */

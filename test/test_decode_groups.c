@@ -14,7 +14,7 @@
 
 #include "harness.h"
 
-enum { STEPS = 2, EXTRA_OUT = 3, GUARD = 4096, WIN = REF_WINDOW, LAST = REF_WINDOW - 1, CANARY = 0x5A };
+enum { STEPS = 2, EXTRA_OUT = 3, WIN = REF_WINDOW, LAST = REF_WINDOW - 1 };
 
 /* What request b's plans are. Valid and hostile plans that name a page use pages no other
    request touches, so no two requests store one row and no window reads a row that another
@@ -157,32 +157,6 @@ static void make_plans(rng *r, int64_t batch, int64_t pages, c128_decode_plan *p
   free(pp.owner), free(pp.order), free(kind);
 }
 
-/* A device buffer with GUARD canary bytes on both sides and a pinned host mirror of the whole. */
-typedef struct guarded {
-  char *dev, *host;
-  size_t bytes;
-} guarded;
-
-static guarded guarded_make(const void *contents, size_t bytes) {
-  guarded g = {NULL, NULL, bytes};
-  CUDA_OK(cudaMalloc((void **)&g.dev, bytes + 2 * GUARD));
-  CUDA_OK(cudaMallocHost((void **)&g.host, bytes + 2 * GUARD));
-  CUDA_OK(cudaMemset(g.dev, CANARY, bytes + 2 * GUARD));
-  if (contents) CUDA_OK(cudaMemcpy(g.dev + GUARD, contents, bytes, cudaMemcpyHostToDevice));
-  return g;
-}
-static void *inside(const guarded *g) { return g->dev + GUARD; }
-
-/* The buffer's contents after checking both canaries. */
-static const char *guarded_fetch(guarded *g, const char *what, uint64_t seed) {
-  CUDA_OK(cudaMemcpy(g->host, g->dev, g->bytes + 2 * GUARD, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < GUARD; ++i)
-    cr_assert(g->host[i] == CANARY && g->host[GUARD + g->bytes + i] == CANARY,
-              "%s: a kernel wrote outside the buffer (seed %llu)", what, (unsigned long long)seed);
-  return g->host + GUARD;
-}
-static void guarded_free(guarded *g) { cudaFree(g->dev), cudaFreeHost(g->host); }
-
 /* One case: an instance, a batch, its inputs and both steps' plans. */
 typedef struct chain_case {
   const c128_instance_info *f;
@@ -288,13 +262,13 @@ static void every_group(const instance_entry *e, backend be, int64_t batch, floa
       fmax(max_abs_kv(c.state0, state_rows, D, c.f->state_dtype), max_abs_kv(c.input, input_rows, D, c.f->input_dtype));
 
   const int gpu = be == BACKEND_GPU;
-  guarded g_state = {0}, g_out = {0}, g_in = {0}, g_ape = {0}, g_plans = {0};
+  dev_guarded g_state = {0}, g_out = {0}, g_in = {0}, g_ape = {0}, g_plans = {0};
   cudaStream_t stream = 0;
   if (gpu) {
-    g_state = guarded_make(NULL, c.state_bytes), g_out = guarded_make(NULL, c.out_bytes);
-    g_in = guarded_make(c.input, input_rows * c.input_row);
-    g_ape = guarded_make(c.ape, (size_t)REF_APE_ROWS * (size_t)D * sizeof(float));
-    g_plans = guarded_make(c.plans, input_rows * sizeof *c.plans);
+    g_state = dev_guarded_make(NULL, c.state_bytes), g_out = dev_guarded_make(NULL, c.out_bytes);
+    g_in = dev_guarded_make(c.input, input_rows * c.input_row);
+    g_ape = dev_guarded_make(c.ape, (size_t)REF_APE_ROWS * (size_t)D * sizeof(float));
+    g_plans = dev_guarded_make(c.plans, input_rows * sizeof *c.plans);
     CUDA_OK(cudaStreamCreate(&stream));
   }
   char *host_state = malloc(c.state_bytes), *host_out = malloc(c.out_bytes);
@@ -337,11 +311,12 @@ static void every_group(const instance_entry *e, backend be, int64_t batch, floa
     for (int pdl = 0; pdl <= 1; ++pdl) {
       /* Both steps back to back on one stream, nothing between them: with PDL step 2 may start
          while step 1 runs, and must wait for it before reading or storing the state. */
-      CUDA_OK(cudaMemcpyAsync(inside(&g_state), c.state0, c.state_bytes, cudaMemcpyHostToDevice, stream));
-      CUDA_OK(cudaMemsetAsync(inside(&g_out), 0xFF, c.out_bytes, stream));
+      CUDA_OK(cudaMemcpyAsync(dev_guarded_inside(&g_state), c.state0, c.state_bytes, cudaMemcpyHostToDevice, stream));
+      CUDA_OK(cudaMemsetAsync(dev_guarded_inside(&g_out), 0xFF, c.out_bytes, stream));
       for (int s = 0; s < STEPS; ++s) {
-        const c128_decode_args a = step_args(&c, s, inside(&g_state), inside(&g_in), inside(&g_ape), inside(&g_out),
-                                             inside(&g_plans), group, pdl);
+        const c128_decode_args a =
+            step_args(&c, s, dev_guarded_inside(&g_state), dev_guarded_inside(&g_in), dev_guarded_inside(&g_ape),
+                      dev_guarded_inside(&g_out), dev_guarded_inside(&g_plans), group, pdl);
         const c128_status st = c128_decode(&a, stream);
         cr_assert_eq(st, C128_SUCCESS, "%s B %lld group %d pdl %d step %d: %s (seed %llu)", c.f->name, (long long)batch,
                      group, pdl, s + 1, c128_status_string(st), (unsigned long long)seed);
@@ -350,7 +325,7 @@ static void every_group(const instance_entry *e, backend be, int64_t batch, floa
       CUDA_OK(cudaGetLastError());
       snprintf(what, sizeof what, "%s B %lld group %d pdl %d, GPU vs host runner", c.f->name, (long long)batch, group,
                pdl);
-      const char *gs = guarded_fetch(&g_state, what, seed), *go = guarded_fetch(&g_out, what, seed);
+      const char *gs = dev_guarded_fetch(&g_state, what, seed), *go = dev_guarded_fetch(&g_out, what, seed);
       check_rows_equal(gs, first_state, state_rows, c.state_row, what, seed);
       check_gpu_output(go, first_out, (size_t)(STEPS * c.out_rows), c.f->output_dtype, D, kv, what, seed);
       check_untouched(&c, go, folded, poisoned, what, seed);
@@ -366,14 +341,16 @@ static void every_group(const instance_entry *e, backend be, int64_t batch, floa
   }
   if (gpu) { /* the read-only buffers: unchanged, canaries included */
     snprintf(what, sizeof what, "%s B %lld, read-only buffers", c.f->name, (long long)batch);
-    cr_assert(memcmp(guarded_fetch(&g_in, what, seed), c.input, input_rows * c.input_row) == 0, "%s: input (seed %llu)",
-              what, (unsigned long long)seed);
-    cr_assert(memcmp(guarded_fetch(&g_ape, what, seed), c.ape, (size_t)REF_APE_ROWS * (size_t)D * sizeof(float)) == 0,
+    cr_assert(memcmp(dev_guarded_fetch(&g_in, what, seed), c.input, input_rows * c.input_row) == 0,
+              "%s: input (seed %llu)", what, (unsigned long long)seed);
+    cr_assert(memcmp(dev_guarded_fetch(&g_ape, what, seed), c.ape, (size_t)REF_APE_ROWS * (size_t)D * sizeof(float)) ==
+                  0,
               "%s: ape (seed %llu)", what, (unsigned long long)seed);
-    cr_assert(memcmp(guarded_fetch(&g_plans, what, seed), c.plans, input_rows * sizeof *c.plans) == 0,
+    cr_assert(memcmp(dev_guarded_fetch(&g_plans, what, seed), c.plans, input_rows * sizeof *c.plans) == 0,
               "%s: plans (seed %llu)", what, (unsigned long long)seed);
     CUDA_OK(cudaStreamDestroy(stream));
-    guarded_free(&g_state), guarded_free(&g_out), guarded_free(&g_in), guarded_free(&g_ape), guarded_free(&g_plans);
+    dev_guarded_free(&g_state), dev_guarded_free(&g_out), dev_guarded_free(&g_in), dev_guarded_free(&g_ape),
+        dev_guarded_free(&g_plans);
     cudaFreeHost(c.state0);
   } else {
     free(c.state0);

@@ -10,12 +10,6 @@
 
 #include "harness.h"
 
-#define CUDA_OK(call)                                                           \
-  do {                                                                          \
-    cudaError_t err_ = (call);                                                  \
-    cr_assert_eq(err_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_)); \
-  } while (0)
-
 /* ---- non-finite input ---------------------------------------------------------------------- */
 enum { ND = 128, NROW = 2 * ND };
 
@@ -113,7 +107,7 @@ Test(cpu, nonfinite_policy) { nonfinite_case(BACKEND_CPU); }
 Test(gpu, nonfinite_policy) { nonfinite_case(BACKEND_GPU); }
 
 /* ---- plans of random bytes on the GPU --------------------------------------------------------- */
-enum { HD = 256, HROW = 2 * HD, HPAGES = 5, HROWS = 200, HOUT = 60, GUARD = 4096 };
+enum { HD = 256, HROW = 2 * HD, HPAGES = 5, HROWS = 200, HOUT = 60 };
 
 static void random_plans(rng *r, c128_decode_plan *d, c128_compress_plan *c, c128_write_plan *w) {
   for (int i = 0; i < HROWS; ++i) {
@@ -142,27 +136,10 @@ static void drop_races(c128_decode_plan *d, c128_write_plan *w) {
     }
 }
 
-/* A buffer with GUARD canary bytes on both sides. */
-typedef struct guarded {
-  char *base;
-  size_t bytes;
-} guarded;
-
-static guarded guarded_make(const void *host, size_t bytes) {
-  guarded g = {NULL, bytes};
-  CUDA_OK(cudaMalloc((void **)&g.base, bytes + 2 * GUARD));
-  CUDA_OK(cudaMemset(g.base, 0x5A, bytes + 2 * GUARD));
-  CUDA_OK(cudaMemcpy(g.base + GUARD, host, bytes, cudaMemcpyHostToDevice));
-  return g;
-}
-
-static void guarded_take(guarded *g, void *host) {
-  char *all = malloc(g->bytes + 2 * GUARD);
-  CUDA_OK(cudaMemcpy(all, g->base, g->bytes + 2 * GUARD, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < GUARD; ++i)
-    cr_assert(all[i] == 0x5A && all[GUARD + g->bytes + i] == 0x5A, "a kernel wrote outside its buffer");
-  memcpy(host, all + GUARD, g->bytes);
-  free(all), cudaFree(g->base);
+/* The buffer's contents into host, canaries checked; the buffer is freed. */
+static void guarded_take(dev_guarded *g, void *host, uint64_t seed) {
+  memcpy(host, dev_guarded_fetch(g, "random plan bytes", seed), g->bytes);
+  dev_guarded_free(g);
 }
 
 Test(gpu, random_plan_bytes_stay_inside_the_buffers) {
@@ -185,35 +162,39 @@ Test(gpu, random_plan_bytes_stay_inside_the_buffers) {
     if (rng_below(&r, 3) == 0)
       layout = (c128_shared_layout){(int32_t)rng_below(&r, 2), 2, (int32_t)(1 + rng_below(&r, 3))};
     const int decode = round % 2;
-    guarded gs = guarded_make(state, state_bytes), go = guarded_make(out, out_bytes);
-    guarded gi = guarded_make(input, HROWS * HROW * sizeof(float)), ga = guarded_make(ape, 128 * HD * sizeof(float));
-    guarded gd = guarded_make(d, sizeof d), gc = guarded_make(c, sizeof c), gw = guarded_make(w, sizeof w);
+    dev_guarded gs = dev_guarded_make(state, state_bytes), go = dev_guarded_make(out, out_bytes);
+    dev_guarded gi = dev_guarded_make(input, HROWS * HROW * sizeof(float)),
+                ga = dev_guarded_make(ape, 128 * HD * sizeof(float));
+    dev_guarded gd = dev_guarded_make(d, sizeof d), gc = dev_guarded_make(c, sizeof c),
+                gw = dev_guarded_make(w, sizeof w);
     c128_status st;
     if (decode) {
       c128_decode_args a = {0};
-      a.head_dim = HD, a.state = gs.base + GUARD, a.state_pages = HPAGES, a.input = gi.base + GUARD;
-      a.ape = (const float *)(ga.base + GUARD), a.output = go.base + GUARD, a.output_rows = HOUT;
-      a.plans = (const c128_decode_plan *)(gd.base + GUARD), a.batch = HOUT, a.layout = layout;
+      a.head_dim = HD, a.state = dev_guarded_inside(&gs), a.state_pages = HPAGES, a.input = dev_guarded_inside(&gi);
+      a.ape = (const float *)dev_guarded_inside(&ga), a.output = dev_guarded_inside(&go), a.output_rows = HOUT;
+      a.plans = (const c128_decode_plan *)dev_guarded_inside(&gd), a.batch = HOUT, a.layout = layout;
       st = c128_decode(&a, 0);
       cr_assert_eq(st, C128_SUCCESS);
       a.state = state, a.input = input, a.ape = ape, a.output = out, a.plans = d;
       cr_assert_eq(c128_decode_host(&a, NULL), C128_SUCCESS);
     } else {
       c128_prefill_args a = {0};
-      a.head_dim = HD, a.state = gs.base + GUARD, a.state_pages = HPAGES, a.input = gi.base + GUARD;
-      a.input_rows = HROWS, a.ape = (const float *)(ga.base + GUARD), a.output = go.base + GUARD;
-      a.output_rows = HOUT, a.compress_plans = (const c128_compress_plan *)(gc.base + GUARD), a.num_compress = HOUT;
-      a.write_plans = (const c128_write_plan *)(gw.base + GUARD), a.num_write = HROWS, a.layout = layout;
+      a.head_dim = HD, a.state = dev_guarded_inside(&gs), a.state_pages = HPAGES, a.input = dev_guarded_inside(&gi);
+      a.input_rows = HROWS, a.ape = (const float *)dev_guarded_inside(&ga), a.output = dev_guarded_inside(&go);
+      a.output_rows = HOUT, a.compress_plans = (const c128_compress_plan *)dev_guarded_inside(&gc),
+      a.num_compress = HOUT;
+      a.write_plans = (const c128_write_plan *)dev_guarded_inside(&gw), a.num_write = HROWS, a.layout = layout;
       st = c128_prefill(&a, 0);
       cr_assert_eq(st, C128_SUCCESS);
       a.state = state, a.input = input, a.ape = ape, a.output = out, a.compress_plans = c, a.write_plans = w;
       cr_assert_eq(c128_prefill_host(&a, NULL), C128_SUCCESS);
     }
     CUDA_OK(cudaDeviceSynchronize());
-    guarded_take(&gs, gpu_state), guarded_take(&go, gpu_out);
+    guarded_take(&gs, gpu_state, r.seed), guarded_take(&go, gpu_out, r.seed);
     char scratch[sizeof c];
-    guarded_take(&gi, input), guarded_take(&ga, ape), guarded_take(&gd, scratch), guarded_take(&gc, scratch);
-    guarded_take(&gw, scratch);
+    guarded_take(&gi, input, r.seed), guarded_take(&ga, ape, r.seed), guarded_take(&gd, scratch, r.seed),
+        guarded_take(&gc, scratch, r.seed);
+    guarded_take(&gw, scratch, r.seed);
     /* The device skipped exactly what the host runner skipped (same code, same bits). */
     if (!comparable) continue;
     cr_assert(memcmp(gpu_state, state, state_bytes) == 0, "round %d: GPU and host state differ", round);
