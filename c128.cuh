@@ -782,26 +782,11 @@ C128__FN float c128__exp(float x) {
 /* >>memory -------------------------------------------------------------------------------- */
 typedef struct c128__checker c128__checker; /* host runner only (>>runner) */
 
-#define C128__WIDE_TILE 4 /* channels per thread of the wide decode kernels (DESIGN 6.6) */
-/* A kernel's compile-time identity, its instance and its tile; constant-folded wherever a kernel
-   is stamped. */
+/* An instance's compile-time identity; constant-folded wherever a kernel is stamped. */
 typedef struct c128__trait {
   int head_dim;
   int buf, in, out; /* c128_dtype of state, input, output */
-  int tile;         /* channels per thread: C128_TILE_ELEMS, or C128__WIDE_TILE (DESIGN 6.6) */
 } c128__trait;
-
-/* Channels per block, and blocks per window, of a kernel. */
-C128__FN int c128__tile_dim(c128__trait t) { return t.tile * C128_WARP_THREADS; }
-C128__FN int c128__num_split(c128__trait t) { return t.head_dim / c128__tile_dim(t); }
-
-/* Instances whose decode also has a wide kernel: 16-bit states, whose 4 channels make one 8-byte
-   load, with a head_dim of whole 128-channel splits, in the two-warp epilogue (the legacy fold
-   of a wide tile spills; DESIGN 6.6). */
-C128__FN int c128__has_wide(c128__trait t) {
-  return C128_EPILOGUE == C128_EPILOGUE_TWO_WARP && c128__dtype_bytes(t.buf) == 2 &&
-         t.head_dim % (C128__WIDE_TILE * C128_WARP_THREADS) == 0;
-}
 
 /* Kernel arguments, passed by value. plans points at the kernel's own plan kind. */
 typedef struct c128__params {
@@ -820,91 +805,78 @@ typedef struct c128__params {
 static C128__MAYBE_UNUSED void c128__track(c128__checker *checker, const void *addr, int count, int elem_size,
                                            int is_write, const uint32_t *bits);
 
-/* `n` consecutive elements at base[i] (n = 2 or 4, i a multiple of n) as raw storage bits, as one
-   vector access moves them: 4-byte elements one a word, narrower ones packed (element 0 in the
-   low bits of w[0]). f32 rows are read once (`stream`: evict first), so that ape, which every
-   window re-reads, stays in L1. bf16 rows go without the hint: with it, bf16-state boundary
-   decode at B >= 128 ran 6-9 % faster but B <= 8 2-6 % and steady-state steps up to 2 % slower
-   (DESIGN 6.1). Every access of the host runner is shown to the race checker. */
-typedef struct c128__raw {
-  uint32_t w[C128__WIDE_TILE];
-} c128__raw;
+/* Two consecutive elements at base[i] (i even) as raw storage bits, as one vector access moves
+   them: 4-byte elements one a word, narrower ones packed into `lo` (element 0 in the low bits).
+   f32 rows are read once (`stream`: evict first), so that ape, which every window re-reads,
+   stays in L1. bf16 rows go without the hint: with it, bf16-state boundary decode at B >= 128
+   ran 6-9 % faster but B <= 8 2-6 % and steady-state steps up to 2 % slower (DESIGN 6.1). Every
+   access of the host runner is shown to the race checker. */
+typedef struct c128__raw2 {
+  uint32_t lo, hi;
+} c128__raw2;
 
-C128__FN uint32_t c128__raw_elem(int dtype, c128__raw v, int k) {
-  /* One branch per width, each indexing v at a constant once k is: a dtype known only at run
-     time (the straddling warp's) must not index it at a run-time position, which puts v in
-     local memory. */
-  switch (c128__dtype_bytes(dtype)) {
-  case 4:
-    return v.w[k];
-  case 2:
-    return (v.w[k / 2] >> (k % 2 * 16)) & 0xFFFFu;
-  default:
-    return (v.w[k / 4] >> (k % 4 * 8)) & 0xFFu;
-  }
-}
-/* v with element k set to e; an element narrower than a word goes into zeroed bits. */
-C128__FN void c128__raw_set(int dtype, c128__raw *v, int k, uint32_t e) {
+C128__FN uint32_t c128__raw_elem(int dtype, c128__raw2 v, int k) {
   const int bits = 8 * c128__dtype_bytes(dtype);
-  if (bits == 32) v->w[k] = e;
-  else v->w[k * bits / 32] |= e << (k * bits % 32);
+  if (bits == 32) return k ? v.hi : v.lo;
+  return (v.lo >> (k * bits)) & ((1u << bits) - 1u);
+}
+C128__FN c128__raw2 c128__raw_pack(int dtype, uint32_t e0, uint32_t e1) {
+  const int bits = 8 * c128__dtype_bytes(dtype);
+  c128__raw2 v = {e0, e1};
+  if (bits < 32) v.lo = e0 | (e1 << bits), v.hi = 0u;
+  return v;
 }
 
-C128__FN c128__raw c128__load_raw(const c128__params *p, const void *base, int64_t i, int dtype, int n, int stream) {
-  c128__raw v = {{0u, 0u, 0u, 0u}};
-  const int bytes = c128__dtype_bytes(dtype), size = n * bytes;
+C128__FN c128__raw2 c128__load_raw2(const c128__params *p, const void *base, int64_t i, int dtype, int stream) {
+  c128__raw2 v = {0u, 0u};
+  const int bytes = c128__dtype_bytes(dtype);
   const char *a = (const char *)base + i * bytes;
 #ifdef __CUDA_ARCH__
   (void)p;
-  if (stream == 2) { /* read-only data read again: the non-coherent path, which no earlier load of it merges with */
-    const uint4 u = __ldg((const uint4 *)a);
-    v.w[0] = u.x, v.w[1] = u.y, v.w[2] = u.z, v.w[3] = u.w;
-    return v;
-  }
-  stream = stream && bytes == 4;
-  if (size == 16) {
-    const uint4 u = stream ? __ldcs((const uint4 *)a) : *(const uint4 *)a;
-    v.w[0] = u.x, v.w[1] = u.y, v.w[2] = u.z, v.w[3] = u.w;
-  } else if (size == 8) {
+  if (bytes == 4) {
     const uint2 u = stream ? __ldcs((const uint2 *)a) : *(const uint2 *)a;
-    v.w[0] = u.x, v.w[1] = u.y;
-  } else if (size == 4) {
-    v.w[0] = *(const uint32_t *)a;
+    v.lo = u.x, v.hi = u.y;
+  } else if (bytes == 2) {
+    v.lo = *(const uint32_t *)a;
   } else {
-    v.w[0] = *(const uint16_t *)a;
+    v.lo = *(const uint16_t *)a;
   }
 #else
   (void)stream;
-  memcpy(v.w, a, (size_t)size); /* little-endian: element 0 in the low bits */
+  if (bytes == 4) memcpy(&v.lo, a, 4), memcpy(&v.hi, a + 4, 4);
+  else memcpy(&v.lo, a, (size_t)(2 * bytes)); /* little-endian: element 0 in the low bits */
   if (p->checker) {
-    uint32_t bits[C128__WIDE_TILE];
-    for (int k = 0; k < n; ++k) bits[k] = c128__raw_elem(dtype, v, k);
-    c128__track(p->checker, a, n, bytes, 0, bits);
+    const uint32_t bits[2] = {c128__raw_elem(dtype, v, 0), c128__raw_elem(dtype, v, 1)};
+    c128__track(p->checker, a, 2, bytes, 0, bits);
   }
 #endif
   return v;
 }
 
-/* Element k of v, widened to f32. */
-C128__FN float c128__widen_at(int dtype, c128__raw v, int k) { return c128__widen(dtype, c128__raw_elem(dtype, v, k)); }
+C128__FN float2 c128__widen2(int dtype, c128__raw2 v) {
+  return make_float2(c128__widen(dtype, c128__raw_elem(dtype, v, 0)), c128__widen(dtype, c128__raw_elem(dtype, v, 1)));
+}
 
-/* Store n elements (one vector access) at base[i]. */
-C128__FN void c128__store_raw(const c128__params *p, void *base, int64_t i, int dtype, int n, c128__raw v) {
-  const int bytes = c128__dtype_bytes(dtype), size = n * bytes;
+C128__FN float2 c128__load2(const c128__params *p, const void *base, int64_t i, int dtype, int stream) {
+  return c128__widen2(dtype, c128__load_raw2(p, base, i, dtype, stream));
+}
+
+/* Store two elements (one vector access) or one at base[i]. */
+C128__FN void c128__store_raw2(const c128__params *p, void *base, int64_t i, int dtype, c128__raw2 v) {
+  const int bytes = c128__dtype_bytes(dtype);
   char *a = (char *)base + i * bytes;
 #ifdef __CUDA_ARCH__
   (void)p;
-  if (size == 16) *(uint4 *)a = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
-  else if (size == 8) *(uint2 *)a = make_uint2(v.w[0], v.w[1]);
-  else if (size == 4) *(uint32_t *)a = v.w[0];
-  else *(uint16_t *)a = (uint16_t)v.w[0];
+  if (bytes == 4) *(uint2 *)a = make_uint2(v.lo, v.hi);
+  else if (bytes == 2) *(uint32_t *)a = v.lo;
+  else *(uint16_t *)a = (uint16_t)v.lo;
 #else
   if (p->checker) {
-    uint32_t bits[C128__WIDE_TILE];
-    for (int k = 0; k < n; ++k) bits[k] = c128__raw_elem(dtype, v, k);
-    c128__track(p->checker, a, n, bytes, 1, bits);
+    const uint32_t bits[2] = {c128__raw_elem(dtype, v, 0), c128__raw_elem(dtype, v, 1)};
+    c128__track(p->checker, a, 2, bytes, 1, bits);
   }
-  memcpy(a, v.w, (size_t)size);
+  if (bytes == 4) memcpy(a, &v.lo, 4), memcpy(a + 4, &v.hi, 4);
+  else memcpy(a, &v.lo, (size_t)(2 * bytes));
 #endif
 }
 
@@ -924,20 +896,17 @@ C128__FN void c128__store1(const c128__params *p, void *base, int64_t i, int dty
 #endif
 }
 
-/* n elements of an input row on their way to a state row: the raw bits travel untouched when
+/* Two elements of an input row on their way to a state row: the raw bits travel untouched when
    the dtypes agree, else they are widened and narrowed. */
-C128__FN c128__raw c128__fetch(const c128__params *p, c128__trait t, int64_t in_elem, int n) {
-  return c128__load_raw(p, p->input, in_elem, t.in, n, t.buf != t.in);
+C128__FN c128__raw2 c128__fetch2(const c128__params *p, c128__trait t, int64_t in_elem) {
+  return c128__load_raw2(p, p->input, in_elem, t.in, t.buf != t.in);
 }
 
-C128__FN void c128__put(const c128__params *p, c128__trait t, c128__raw v, int64_t st_elem, int n) {
-  if (t.buf != t.in) {
-    c128__raw narrowed = {{0u, 0u, 0u, 0u}};
-    C128__UNROLL
-    for (int k = 0; k < n; ++k) c128__raw_set(t.buf, &narrowed, k, c128__narrow(t.buf, c128__widen_at(t.in, v, k)));
-    v = narrowed;
-  }
-  c128__store_raw(p, p->state, st_elem, t.buf, n, v);
+C128__FN void c128__put2(const c128__params *p, c128__trait t, c128__raw2 v, int64_t st_elem) {
+  if (t.buf != t.in)
+    v = c128__raw_pack(t.buf, c128__narrow(t.buf, c128__widen(t.in, c128__raw_elem(t.in, v, 0))),
+                       c128__narrow(t.buf, c128__widen(t.in, c128__raw_elem(t.in, v, 1))));
+  c128__store_raw2(p, p->state, st_elem, t.buf, v);
 }
 
 /* >>rules: which plans run (DESIGN 6.5) ---------------------------------------------------- */
@@ -1062,172 +1031,141 @@ C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int guess
   return C128__RUN;
 }
 
-/* >>compress: one window, one split (DESIGN 6.1) ------------------------------------------ */
+/* >>compress: one window, one 64-channel split (DESIGN 6.1) -------------------------------- */
 /* The legacy epilogue pads the lane axis to dodge 16-way bank conflicts; the two-warp one reads
-   consecutive floats per source warp and needs no padding. */
+   32 consecutive floats per source warp and needs no padding. */
 #if C128_EPILOGUE == C128_EPILOGUE_LEGACY
 #define C128__SMEM_LANES (C128_WARP_THREADS + 1)
 #else
 #define C128__SMEM_LANES C128_WARP_THREADS
 #endif
+#define C128__SMEM_FLOATS_PER_WARP (C128_TILE_ELEMS * C128__SMEM_LANES)
 #define C128__HALF_WARP (C128_WARP_THREADS / 2)
 C128__STATIC_ASSERT(C128_NUM_WARPS == C128__HALF_WARP, "the legacy fold gives each of a half-warp's lanes one warp");
 
-/* One buffer of per-warp partial softmax triples: [field][warp][lane][tile] floats, the fields
-   max, sum and acc. */
-enum { C128__MAX_FIELD, C128__SUM_FIELD, C128__ACC_FIELD, C128__FIELDS };
-#define C128__PARTIAL_FLOATS(tile) (C128__FIELDS * C128_NUM_WARPS * C128__SMEM_LANES * (tile))
+/* Per-warp partial softmax triples, one 2-float vector per lane (= 2 channels). */
+typedef struct c128__smem {
+  float2 max[C128_NUM_WARPS][C128__SMEM_LANES];
+  float2 sum[C128_NUM_WARPS][C128__SMEM_LANES];
+  float2 acc[C128_NUM_WARPS][C128__SMEM_LANES];
+} c128__smem;
 
-/* Where in a buffer field `field` of source warp w's partial for channel c of the split is. */
-C128__FN int c128__partial(c128__trait t, int field, int w, int c) {
-  return (field * C128_NUM_WARPS + w) * C128__SMEM_LANES * t.tile + c;
-}
-
-/* Two values of one field of a thread's partial, as one vector store. */
-C128__FN void c128__put_partial(float *at, const float *v, int n) {
-#ifdef __CUDA_ARCH__
-  if (n == 1) *at = v[0];
-  else *(float2 *)at = make_float2(v[0], v[1]);
-#else
-  memcpy(at, v, (size_t)n * sizeof *v);
-#endif
-}
-
-/* First channel of lane `lane` in split `split`. */
-C128__FN int64_t c128__lane_channel(c128__trait t, int split, int lane) {
-  return (int64_t)split * c128__tile_dim(t) + t.tile * lane;
-}
-
-/* A thread's share of a window: kv and score of its 8 rows x tile channels, as loaded. */
+/* A thread's share of a window: kv and score of its 8 rows x 2 channels, as loaded. */
 typedef struct c128__rows {
-  c128__raw kv[C128_ROWS_PER_WARP], score[C128_ROWS_PER_WARP];
+  c128__raw2 kv[C128_ROWS_PER_WARP], score[C128_ROWS_PER_WARP];
 } c128__rows;
 
-/* The dtype of the bits row k of a warp's share holds: its tensor's, except in the straddling
-   warp of a mixed instance. The narrow tile widens that warp's rows to f32 as they arrive; the
-   wide tile, whose f32 rows would not fit in registers, runs only in decode, where a window's
-   buffer_len is 127: the straddling warp is the last, its rows 7 state rows and the input's. */
-C128__FN int c128__row_dtype(c128__trait t, const c128__window *w, int first, int k) {
-  if (t.buf == t.in || first + C128_ROWS_PER_WARP <= w->buffer_len) return t.buf;
-  if (t.tile == C128__WIDE_TILE) return k < C128_ROWS_PER_WARP - 1 ? t.buf : t.in;
-  return first >= w->buffer_len ? t.in : C128_F32;
-}
-
-/* Two elements at base[i], widened to f32 bits as they arrive. */
-C128__FN c128__raw c128__load_f32_bits(const c128__params *p, const void *base, int64_t i, int dtype, int n) {
-  const c128__raw v = c128__load_raw(p, base, i, dtype, n, 1);
-  c128__raw f = {{0u, 0u, 0u, 0u}};
-  C128__UNROLL
-  for (int c = 0; c < n; ++c) f.w[c] = c128__bits(c128__widen_at(dtype, v, c));
-  return f;
-}
-
-/* Warp w loads window rows 8w .. 8w+7, lane l channels tile * l .. tile * l + tile - 1 of the
-   split. Row j < buffer_len comes from the state, the others from the input. A warp whose rows
-   all come from one tensor (every warp but at most one) addresses them from one base, and every
-   load is issued before any is used. */
+/* Warp w loads window rows 8w .. 8w+7, lane l channels 2l, 2l+1 of the split. Row j < buffer_len
+   comes from the state, the others from the input. A warp whose rows all come from one tensor
+   (every warp but at most one) addresses them from one base, and every load is issued before
+   any is used. */
 C128__FN void c128__load_window(const c128__params *p, c128__trait t, const c128__window *w, int tid, c128__rows *r) {
   const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
   const int first = warp * C128_ROWS_PER_WARP;
   const int64_t row = C128_ROW_ELEMS(t.head_dim), score = C128_SCORE_OFFSET(t.head_dim);
-  const int64_t ch = c128__lane_channel(t, w->split, lane);
+  const int64_t ch = (int64_t)w->split * C128_TILE_DIM + C128_TILE_ELEMS * lane;
   const int64_t from_state = (w->state_row0 + first) * row + ch, from_input = (w->input_row0 + first) * row + ch;
   if (first + C128_ROWS_PER_WARP <= w->buffer_len) {
     C128__UNROLL
     for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
-      r->kv[k] = c128__load_raw(p, p->state, from_state + k * row, t.buf, t.tile, 1);
-      r->score[k] = c128__load_raw(p, p->state, from_state + k * row + score, t.buf, t.tile, 1);
+      r->kv[k] = c128__load_raw2(p, p->state, from_state + k * row, t.buf, 1);
+      r->score[k] = c128__load_raw2(p, p->state, from_state + k * row + score, t.buf, 1);
     }
   } else if (first >= w->buffer_len) {
     C128__UNROLL
     for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
-      r->kv[k] = c128__load_raw(p, p->input, from_input + k * row, t.in, t.tile, 1);
-      r->score[k] = c128__load_raw(p, p->input, from_input + k * row + score, t.in, t.tile, 1);
+      r->kv[k] = c128__load_raw2(p, p->input, from_input + k * row, t.in, 1);
+      r->score[k] = c128__load_raw2(p, p->input, from_input + k * row + score, t.in, 1);
     }
-  } else if (t.buf == t.in || t.tile == C128__WIDE_TILE) { /* the straddling warp: rows in their dtypes */
+  } else if (t.buf == t.in) { /* the one warp whose rows straddle buffer_len: one dtype */
     C128__UNROLL
     for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
-      const int state_row = t.buf == t.in ? first + k < w->buffer_len : c128__row_dtype(t, w, first, k) == t.buf;
+      const int state_row = first + k < w->buffer_len;
       const void *base = state_row ? (const void *)p->state : p->input;
       const int64_t at = state_row ? from_state + k * row : from_input + k * row;
-      r->kv[k] = c128__load_raw(p, base, at, c128__row_dtype(t, w, first, k), t.tile, 1);
-      r->score[k] = c128__load_raw(p, base, at + score, c128__row_dtype(t, w, first, k), t.tile, 1);
+      r->kv[k] = c128__load_raw2(p, base, at, t.buf, 1);
+      r->score[k] = c128__load_raw2(p, base, at + score, t.buf, 1);
     }
-  } else { /* the narrow straddling warp of a mixed instance: rows widened to f32 bits as they arrive */
+  } else { /* the straddling warp of a mixed instance: rows widened to f32 bits as they arrive */
     C128__UNROLL
     for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
+      float2 kv, sc;
       if (first + k < w->buffer_len) {
-        r->kv[k] = c128__load_f32_bits(p, p->state, from_state + k * row, t.buf, t.tile);
-        r->score[k] = c128__load_f32_bits(p, p->state, from_state + k * row + score, t.buf, t.tile);
+        kv = c128__load2(p, p->state, from_state + k * row, t.buf, 1);
+        sc = c128__load2(p, p->state, from_state + k * row + score, t.buf, 1);
       } else {
-        r->kv[k] = c128__load_f32_bits(p, p->input, from_input + k * row, t.in, t.tile);
-        r->score[k] = c128__load_f32_bits(p, p->input, from_input + k * row + score, t.in, t.tile);
+        kv = c128__load2(p, p->input, from_input + k * row, t.in, 1);
+        sc = c128__load2(p, p->input, from_input + k * row + score, t.in, 1);
       }
+      r->kv[k] = c128__raw_pack(C128_F32, c128__bits(kv.x), c128__bits(kv.y));
+      r->score[k] = c128__raw_pack(C128_F32, c128__bits(sc.x), c128__bits(sc.y));
     }
   }
 }
 
-/* The loaded rows -> the thread's partial (max, sum of exp, exp-weighted kv) of channels
-   c0, c0 + 1 of its tile, rows ascending, into one buffer of partials. A wide thread forms its
-   two pairs one after the other: all four channels' scores at once would not fit in registers. */
-C128__FN void c128__pair_partials(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                                  const c128__rows *r, int c0, float *buffer) {
+/* The raw rows widened to f32 by the dtype of the tensor they came from: one per warp (the
+   straddling warp of a mixed instance holds f32 bits already). */
+C128__FN void c128__widen_rows(c128__trait t, const c128__window *w, int first, const c128__rows *r, float2 *kv,
+                               float2 *score) {
+  const int straddles = first < w->buffer_len && first + C128_ROWS_PER_WARP > w->buffer_len;
+  const int dtype = t.buf == t.in ? t.buf : straddles ? C128_F32 : first < w->buffer_len ? t.buf : t.in;
+  C128__UNROLL
+  for (int k = 0; k < C128_ROWS_PER_WARP; ++k)
+    kv[k] = c128__widen2(dtype, r->kv[k]), score[k] = c128__widen2(dtype, r->score[k]);
+}
+
+/* The loaded rows -> the thread's partial (max, sum of exp, exp-weighted kv) per channel, rows
+   ascending, into shared memory. */
+C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__window *w, int tid, const c128__rows *r,
+                             c128__smem *sm) {
   const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
   const int first = warp * C128_ROWS_PER_WARP;
-  const int64_t ch = c128__lane_channel(t, w->split, lane) + c0;
-  const int n = t.tile < 2 ? 1 : 2;
-  float s[C128_ROWS_PER_WARP][2], m[2] = {-INFINITY, -INFINITY};
+  const int64_t ch = (int64_t)w->split * C128_TILE_DIM + C128_TILE_ELEMS * lane;
+  float2 kv[C128_ROWS_PER_WARP], s[C128_ROWS_PER_WARP];
+  c128__widen_rows(t, w, first, r, kv, s);
+  float2 m = make_float2(-INFINITY, -INFINITY);
   C128__UNROLL
   for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
-    const c128__raw ape = c128__load_raw(p, p->ape, (int64_t)(first + k) * t.head_dim + ch, C128_F32, n, 0);
-    const int dtype = c128__row_dtype(t, w, first, k);
-    C128__UNROLL
-    for (int c = 0; c < n; ++c) {
-      s[k][c] = c128__add(c128__widen_at(dtype, r->score[k], c0 + c), c128__widen_at(C128_F32, ape, c));
-      m[c] = fmaxf(m[c], s[k][c]);
-    }
+    const float2 ape = c128__load2(p, p->ape, (int64_t)(first + k) * t.head_dim + ch, C128_F32, 0);
+    s[k] = make_float2(c128__add(s[k].x, ape.x), c128__add(s[k].y, ape.y));
+    m.x = fmaxf(m.x, s[k].x);
+    m.y = fmaxf(m.y, s[k].y);
   }
   /* A warp whose 8 scores are all -inf contributes nothing, not NaN. */
-  const float shift[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
-  float sum[2] = {0.0f, 0.0f}, acc[2] = {0.0f, 0.0f};
+  const float2 shift = make_float2(m.x == -INFINITY ? 0.0f : m.x, m.y == -INFINITY ? 0.0f : m.y);
+  float2 sum = make_float2(0.0f, 0.0f), acc = make_float2(0.0f, 0.0f);
   C128__UNROLL
   for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
-    const int dtype = c128__row_dtype(t, w, first, k);
-    C128__UNROLL
-    for (int c = 0; c < n; ++c) {
-      const float e = c128__exp(c128__sub(s[k][c], shift[c]));
-      sum[c] = c128__add(sum[c], e);
-      acc[c] = fmaf(c128__widen_at(dtype, r->kv[k], c0 + c), e, acc[c]);
-    }
+    const float ex = c128__exp(c128__sub(s[k].x, shift.x));
+    const float ey = c128__exp(c128__sub(s[k].y, shift.y));
+    sum.x = c128__add(sum.x, ex);
+    sum.y = c128__add(sum.y, ey);
+    acc.x = fmaf(kv[k].x, ex, acc.x);
+    acc.y = fmaf(kv[k].y, ey, acc.y);
   }
-  const int at = t.tile * lane + c0;
-  c128__put_partial(buffer + c128__partial(t, C128__MAX_FIELD, warp, at), m, n);
-  c128__put_partial(buffer + c128__partial(t, C128__SUM_FIELD, warp, at), sum, n);
-  c128__put_partial(buffer + c128__partial(t, C128__ACC_FIELD, warp, at), acc, n);
+  sm->max[warp][lane] = m;
+  sm->sum[warp][lane] = sum;
+  sm->acc[warp][lane] = acc;
 }
 
-C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__window *w, int tid, const c128__rows *r,
-                             float *buffer) {
-  C128__UNROLL
-  for (int c0 = 0; c0 < t.tile; c0 += (t.tile < 2 ? 1 : 2)) c128__pair_partials(p, t, w, tid, r, c0, buffer);
-}
-
-#define C128__PARTIAL(buffer, t, field, w, c) ((buffer)[c128__partial(t, C128__##field##_FIELD, w, c)])
+/* Partial of source warp w for channel c (0..63) of the split. */
+// clang-format off
+#define C128__PARTIAL(sm, field, w, c) ((&(sm)->field[0][0].x)[(w) * C128__SMEM_FLOATS_PER_WARP + (c)])
+// clang-format on
 
 C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c128__window *w, int c, float v) {
-  c128__store1(p, p->output, w->out_row * t.head_dim + (int64_t)w->split * c128__tile_dim(t) + c, t.out, v);
+  c128__store1(p, p->output, w->out_row * t.head_dim + (int64_t)w->split * C128_TILE_DIM + c, t.out, v);
 }
 
-/* Two-warp epilogue (four warps in the wide tile): thread c < tile_dim folds the 16 partials of
-   channel c in registers. */
+/* Two-warp epilogue: thread t < 64 folds the 16 partials of channel t in registers. */
 C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                                  const float *buffer) {
-  if (tid >= c128__tile_dim(t)) return;
+                                  const c128__smem *sm) {
+  if (tid >= C128_TILE_DIM) return;
   float m[C128_NUM_WARPS];
   float big = -INFINITY;
   C128__UNROLL
   for (int i = 0; i < C128_NUM_WARPS; ++i) {
-    m[i] = C128__PARTIAL(buffer, t, MAX, i, tid);
+    m[i] = C128__PARTIAL(sm, max, i, tid);
     big = fmaxf(big, m[i]);
   }
   const float shift = big == -INFINITY ? 0.0f : big;
@@ -1235,8 +1173,8 @@ C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c1
   C128__UNROLL
   for (int i = 0; i < C128_NUM_WARPS; ++i) {
     const float r = c128__exp(c128__sub(m[i], shift));
-    denom = fmaf(C128__PARTIAL(buffer, t, SUM, i, tid), r, denom);
-    numer = fmaf(C128__PARTIAL(buffer, t, ACC, i, tid), r, numer);
+    denom = fmaf(C128__PARTIAL(sm, sum, i, tid), r, denom);
+    numer = fmaf(C128__PARTIAL(sm, acc, i, tid), r, numer);
   }
   c128__store_output(p, t, w, tid, c128__div(numer, denom));
 }
@@ -1266,35 +1204,34 @@ C128__FN float c128__butterfly16(float own, const float *lanes, int is_max, int 
 #endif
 }
 
-/* Legacy epilogue: all 512 threads in tile_dim / 32 passes; each half-warp owns one channel, its 16 lanes
+/* Legacy epilogue: all 512 threads in 2 passes; each half-warp owns one channel, its 16 lanes
    hold the 16 warps' partials; every lane stores the result. */
 C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                                                   const float *buffer) {
+                                                   const c128__smem *sm) {
   const int src = tid % C128__HALF_WARP, half = tid / C128__HALF_WARP;
   const int halves = C128_BLOCK_THREADS / C128__HALF_WARP;
   float lanes_m[C128__HALF_WARP], lanes_s[C128__HALF_WARP], lanes_p[C128__HALF_WARP]; /* host replay only */
   C128__UNROLL
-  for (int pass = 0; pass < c128__tile_dim(t) / halves; ++pass) {
+  for (int pass = 0; pass < C128_TILE_DIM / halves; ++pass) {
     const int c = pass * halves + half;
-    const float m = C128__PARTIAL(buffer, t, MAX, src, c);
+    const float m = C128__PARTIAL(sm, max, src, c);
 #ifndef __CUDA_ARCH__
-    for (int i = 0; i < C128__HALF_WARP; ++i) lanes_m[i] = C128__PARTIAL(buffer, t, MAX, i, c);
+    for (int i = 0; i < C128__HALF_WARP; ++i) lanes_m[i] = C128__PARTIAL(sm, max, i, c);
 #endif
     const float big = c128__butterfly16(m, lanes_m, 1, src);
     const float shift = big == -INFINITY ? 0.0f : big;
     const float r = c128__exp(c128__sub(m, shift));
 #ifndef __CUDA_ARCH__
     for (int i = 0; i < C128__HALF_WARP; ++i)
-      lanes_s[i] = c128__mul(C128__PARTIAL(buffer, t, SUM, i, c), c128__exp(c128__sub(lanes_m[i], shift)));
+      lanes_s[i] = c128__mul(C128__PARTIAL(sm, sum, i, c), c128__exp(c128__sub(lanes_m[i], shift)));
 #endif
-    const float denom = c128__butterfly16(c128__mul(C128__PARTIAL(buffer, t, SUM, src, c), r), lanes_s, 0, src);
+    const float denom = c128__butterfly16(c128__mul(C128__PARTIAL(sm, sum, src, c), r), lanes_s, 0, src);
 #ifndef __CUDA_ARCH__
     for (int i = 0; i < C128__HALF_WARP; ++i)
-      lanes_p[i] =
-          c128__mul(C128__PARTIAL(buffer, t, ACC, i, c), c128__div(c128__exp(c128__sub(lanes_m[i], shift)), denom));
+      lanes_p[i] = c128__mul(C128__PARTIAL(sm, acc, i, c), c128__div(c128__exp(c128__sub(lanes_m[i], shift)), denom));
 #endif
     const float out =
-        c128__butterfly16(c128__mul(C128__PARTIAL(buffer, t, ACC, src, c), c128__div(r, denom)), lanes_p, 0, src);
+        c128__butterfly16(c128__mul(C128__PARTIAL(sm, acc, src, c), c128__div(r, denom)), lanes_p, 0, src);
     c128__store_output(p, t, w, c, out);
   }
   (void)lanes_m;
@@ -1302,11 +1239,11 @@ C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__
   (void)lanes_p;
 }
 
-C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__window *w, int tid, const float *buffer) {
+C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__window *w, int tid, const c128__smem *sm) {
 #if C128_EPILOGUE == C128_EPILOGUE_LEGACY
-  c128__fold_legacy(p, t, w, tid, buffer);
+  c128__fold_legacy(p, t, w, tid, sm);
 #else
-  c128__fold_two_warp(p, t, w, tid, buffer);
+  c128__fold_two_warp(p, t, w, tid, sm);
 #endif
 }
 
@@ -1319,25 +1256,11 @@ C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__windo
    before the next barrier, and only past it does anyone overwrite buffer i % 2. In homogeneous
    instances the loads of window s - 1 are issued before the fold of window s - 2, so the
    folding warps' loads are in flight while they fold. The GPU drivers (>>kernels) and the host
-   runner (>>runner) run these same steps; the race checker's phase is the step index.
-   A block's shared memory holds the two buffers of partials, then the list of its windows; its
-   size depends on the tile, so the steps see it through a view. */
-#define C128__SHARED_BYTES(tile) \
-  (2 * C128__PARTIAL_FLOATS(tile) * sizeof(float) + C128__MAX_GROUP * sizeof(c128__window))
+   runner (>>runner) run these same steps; the race checker's phase is the step index. */
 typedef struct c128__block_shared {
-  float *partials;       /* [2][C128__PARTIAL_FLOATS(tile)] */
-  c128__window *windows; /* [C128__MAX_GROUP]: the group's compressing windows, in job order */
+  c128__smem fold[2];
+  c128__window windows[C128__MAX_GROUP]; /* the group's compressing windows, in job order */
 } c128__block_shared;
-
-C128__FN c128__block_shared c128__shared_view(c128__trait t, void *storage) {
-  c128__block_shared sh;
-  sh.partials = (float *)storage;
-  sh.windows = (c128__window *)(sh.partials + 2 * C128__PARTIAL_FLOATS(t.tile));
-  return sh;
-}
-C128__FN float *c128__buffer(c128__trait t, const c128__block_shared *sh, int window) {
-  return sh->partials + window % 2 * C128__PARTIAL_FLOATS(t.tile);
-}
 
 /* The block's jobs: first .. end - 1 of its split. Plan indices fit int32 (checked at launch). */
 typedef struct c128__jobs {
@@ -1345,7 +1268,7 @@ typedef struct c128__jobs {
 } c128__jobs;
 
 C128__FN c128__jobs c128__block_jobs(const c128__params *p, c128__trait t, int64_t block) {
-  const int num_split = c128__num_split(t);
+  const int num_split = C128_NUM_SPLIT(t.head_dim);
   c128__jobs j;
   j.split = (int32_t)(block % num_split);
   j.first = (int32_t)(block / num_split * p->group);
@@ -1418,17 +1341,17 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int step, 
   /* Homogeneous instances send the window's loads out before the fold. Mixed ones fold first:
      measured faster for bf16-state decode (B = 128: 12.6 against 13.3 us), and their exact build
      would spill. */
-  const int loads_first = t.buf == t.in && t.tile != C128__WIDE_TILE;
+  const int loads_first = t.buf == t.in;
   c128__rows rows;
   c128__window cur = {0, 0, 0, 0, 0}; /* in registers: reading it from shared at each use costs a spill */
   if (window < count) cur = sh->windows[window];
   if (window < count && loads_first) c128__load_window(p, t, &cur, tid, &rows);
   if (window >= 1) {
     const c128__window prev = sh->windows[window - 1];
-    c128__fold(p, t, &prev, tid, c128__buffer(t, sh, window - 1));
+    c128__fold(p, t, &prev, tid, &sh->fold[(window - 1) % 2]);
   }
   if (window < count && !loads_first) c128__load_window(p, t, &cur, tid, &rows);
-  if (window < count) c128__partials(p, t, &cur, tid, &rows, c128__buffer(t, sh, window));
+  if (window < count) c128__partials(p, t, &cur, tid, &rows, &sh->fold[window % 2]);
 }
 
 /* >>decode: the new rows (DESIGN 6.2) ----------------------------------------------------------- */
@@ -1439,8 +1362,12 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int step, 
 #define C128__WRITES_PER_WARP 2
 C128__STATIC_ASSERT(C128_MAX_DECODE_GROUP <= C128__WRITES_PER_WARP * C128_NUM_WARPS, "rows a decode warp persists");
 typedef struct c128__decode_rows {
-  c128__raw kv[C128__WRITES_PER_WARP], score[C128__WRITES_PER_WARP];
+  c128__raw2 kv[C128__WRITES_PER_WARP], score[C128__WRITES_PER_WARP];
 } c128__decode_rows;
+
+C128__FN int64_t c128__decode_channel(const c128__jobs *j, int tid) {
+  return (int64_t)j->split * C128_TILE_DIM + C128_TILE_ELEMS * (tid % C128_WARP_THREADS);
+}
 
 C128__FN int32_t c128__decode_request(const c128__jobs *j, int tid, int i) {
   return j->first + tid / C128_WARP_THREADS + i * C128_NUM_WARPS;
@@ -1448,13 +1375,13 @@ C128__FN int32_t c128__decode_request(const c128__jobs *j, int tid, int i) {
 
 C128__FN void c128__decode_fetch(const c128__params *p, c128__trait t, const c128__jobs *j, int tid,
                                  c128__decode_rows *rows) {
-  const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = c128__lane_channel(t, j->split, tid % C128_WARP_THREADS);
+  const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
   C128__UNROLL
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
     const int32_t b = c128__decode_request(j, tid, i);
     if (b >= j->end) break;
-    rows->kv[i] = c128__fetch(p, t, (int64_t)b * row + ch, t.tile);
-    rows->score[i] = c128__fetch(p, t, (int64_t)b * row + C128_SCORE_OFFSET(t.head_dim) + ch, t.tile);
+    rows->kv[i] = c128__fetch2(p, t, (int64_t)b * row + ch);
+    rows->score[i] = c128__fetch2(p, t, (int64_t)b * row + C128_SCORE_OFFSET(t.head_dim) + ch);
   }
 }
 
@@ -1462,7 +1389,7 @@ C128__FN void c128__decode_fetch(const c128__params *p, c128__trait t, const c12
    c128__list_windows), not from a second check: on the GPU from the lane that checked it. */
 C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c128__jobs *j, int tid,
                                   const c128__decode_rows *rows, const int64_t *listed) {
-  const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = c128__lane_channel(t, j->split, tid % C128_WARP_THREADS);
+  const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
   C128__UNROLL
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
     const int32_t b = c128__decode_request(j, tid, i);
@@ -1473,8 +1400,8 @@ C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c1
     const int64_t write_row = listed[b - j->first];
 #endif
     if (write_row < 0) continue;
-    c128__put(p, t, rows->kv[i], write_row * row + ch, t.tile);
-    c128__put(p, t, rows->score[i], write_row * row + C128_SCORE_OFFSET(t.head_dim) + ch, t.tile);
+    c128__put2(p, t, rows->kv[i], write_row * row + ch);
+    c128__put2(p, t, rows->score[i], write_row * row + C128_SCORE_OFFSET(t.head_dim) + ch);
   }
 }
 
@@ -1489,16 +1416,15 @@ C128__FN void c128__write_row(const c128__params *p, c128__trait t, int64_t inde
   const int64_t row = C128_ROW_ELEMS(t.head_dim);
   const int pairs = C128_ROW_ELEMS(t.head_dim) / (C128_TILE_ELEMS * C128_WARP_THREADS);
   for (int k0 = 0; k0 < pairs; k0 += C128__WRITE_BATCH) {
-    c128__raw v[C128__WRITE_BATCH];
+    c128__raw2 v[C128__WRITE_BATCH];
     C128__UNROLL
     for (int k = 0; k < C128__WRITE_BATCH; ++k)
       if (k0 + k < pairs)
-        v[k] =
-            c128__fetch(p, t, src_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane), C128_TILE_ELEMS);
+        v[k] = c128__fetch2(p, t, src_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
     C128__UNROLL
     for (int k = 0; k < C128__WRITE_BATCH; ++k)
       if (k0 + k < pairs)
-        c128__put(p, t, v[k], dst_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane), C128_TILE_ELEMS);
+        c128__put2(p, t, v[k], dst_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
   }
 }
 
@@ -1530,15 +1456,14 @@ C128__DEVICE void c128__prefetch_l2(const void *base, int64_t elem, int dtype, i
   c128__prefetch_line((const char *)base + elem * c128__dtype_bytes(dtype) + (int64_t)line * C128__LINE_BYTES);
 }
 
-/* Line `line` of the split's channels of one half (kv or score) of `row`, if the split is that
-   long in this dtype. */
+/* Line `line` of the split's 64 channels of one half (kv or score) of `row`, if the split is
+   that long in this dtype. */
 C128__DEVICE void c128__prefetch_split(const void *base, int64_t row, int half, int line, c128__trait t, int dtype,
                                        int split) {
-  if (line * C128__LINE_BYTES >= c128__tile_dim(t) * c128__dtype_bytes(dtype)) return;
-  c128__prefetch_l2(base,
-                    row * C128_ROW_ELEMS(t.head_dim) + half * C128_SCORE_OFFSET(t.head_dim) +
-                        (int64_t)split * c128__tile_dim(t),
-                    dtype, line);
+  if (line * C128__LINE_BYTES >= C128_TILE_DIM * c128__dtype_bytes(dtype)) return;
+  c128__prefetch_l2(
+      base, row * C128_ROW_ELEMS(t.head_dim) + half * C128_SCORE_OFFSET(t.head_dim) + (int64_t)split * C128_TILE_DIM,
+      dtype, line);
 }
 
 /* One warp asks L2, before the wait, for what the block will read first: lane k guesses job k's
@@ -1579,8 +1504,8 @@ C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind,
 }
 
 /* A decode or compress block: prologue, wait, then the steps with a barrier between. */
-C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind, void *storage) {
-  c128__block_shared sh = c128__shared_view(t, storage);
+C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind) {
+  __shared__ c128__block_shared sh;
   const int tid = (int)threadIdx.x;
   const c128__jobs j = c128__block_jobs(p, t, blockIdx.x);
   if (kind == C128_PLAN_DECODE) c128__pdl_trigger(); /* decode blocks are short: overlap the next launch */
@@ -1620,29 +1545,17 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
 }
 
 #define C128__TRAIT(D, state, input, output) \
-  { D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output, C128_TILE_ELEMS }
-#define C128__WIDE_TRAIT(D, state, input, output) \
-  { D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output, 1 }
-C128__STATIC_ASSERT(C128__SHARED_BYTES(C128_TILE_ELEMS) % 16 == 0 && C128__SHARED_BYTES(C128__WIDE_TILE) % 16 == 0,
-                    "shared memory in float4s");
+  { D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output }
 #define C128__KERNELS(name, D, state, input, output)                                           \
   static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)             \
       c128__decode_kernel_##name(const c128__params p) {                                       \
-    __shared__ float4 storage[C128__SHARED_BYTES(C128_TILE_ELEMS) / sizeof(float4)];           \
     const c128__trait t = C128__TRAIT(D, state, input, output);                                \
-    c128__run_block(&p, t, C128_PLAN_DECODE, storage);                                         \
-  }                                                                                            \
-  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)             \
-      c128__wide_decode_kernel_##name(const c128__params p) {                                  \
-    extern __shared__ float4 c128__wide_storage[];                                             \
-    const c128__trait t = C128__WIDE_TRAIT(D, state, input, output);                           \
-    c128__run_block(&p, t, C128_PLAN_DECODE, c128__wide_storage);                              \
+    c128__run_block(&p, t, C128_PLAN_DECODE);                                                  \
   }                                                                                            \
   static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)             \
       c128__compress_kernel_##name(const c128__params p) {                                     \
-    __shared__ float4 storage[C128__SHARED_BYTES(C128_TILE_ELEMS) / sizeof(float4)];           \
     const c128__trait t = C128__TRAIT(D, state, input, output);                                \
-    c128__run_block(&p, t, C128_PLAN_COMPRESS, storage);                                       \
+    c128__run_block(&p, t, C128_PLAN_COMPRESS);                                                \
   }                                                                                            \
   static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM) \
       c128__write_kernel_##name(const c128__params p) {                                        \
@@ -1801,9 +1714,7 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
     p.checker = &checker;
   }
   const int threads = kind == C128_PLAN_WRITE ? C128_WRITE_BLOCK_THREADS : C128_BLOCK_THREADS;
-  static_assert(C128__SHARED_BYTES(C128__WIDE_TILE) >= C128__SHARED_BYTES(C128_TILE_ELEMS), "the widest tile's");
-  float4 storage[C128__SHARED_BYTES(C128__WIDE_TILE) / sizeof(float4)]; /* the block's shared memory */
-  c128__block_shared sh = c128__shared_view(t, storage);
+  c128__block_shared sh; /* the block's shared memory */
   for (int64_t i = 0; i < blocks && !checker.out_of_memory; ++i) {
     const int64_t block = o && o->reverse_blocks ? blocks - 1 - i : i;
     checker.block = (int32_t)block;
@@ -1815,7 +1726,7 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
       }
       continue;
     }
-    memset(storage, 0xFF, C128__SHARED_BYTES(t.tile)); /* NaN: a fold that reads an unwritten partial shows it */
+    memset(&sh, 0xFF, sizeof sh); /* NaN: a fold that reads an unwritten partial shows it */
     const c128__jobs j = c128__block_jobs(&p, t, block);
     int64_t listed[C128__MAX_GROUP];
     const int steps = c128__block_steps(c128__list_windows(&p, kind, &j, 0, &sh, listed));
@@ -1969,15 +1880,14 @@ static int64_t c128__write_blocks(int64_t num_write) { /* a warp per write plan 
   return (num_write + C128_WRITE_WARPS - 1) / C128_WRITE_WARPS;
 }
 
-static c128_status c128__launch(const void *kernel, int64_t blocks, int threads, size_t shared, int32_t pdl,
-                                cudaStream_t stream, const void *params /* the kernel's by-value argument */) {
+static c128_status c128__launch(const void *kernel, int64_t blocks, int threads, int32_t pdl, cudaStream_t stream,
+                                const void *params /* the kernel's by-value argument */) {
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = pdl != 0;
   config.gridDim = dim3((unsigned)blocks, 1, 1);
   config.blockDim = dim3((unsigned)threads, 1, 1);
-  config.dynamicSmemBytes = shared;
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
@@ -1988,10 +1898,11 @@ static c128_status c128__launch(const void *kernel, int64_t blocks, int threads,
 /* A block compresses its windows one after another, so with every window present a group of g
    costs waves(blocks) * g window-times; the largest g of least cost wins. Launches refuse more
    than INT32_MAX jobs, so larger counts are costed as that many (no overflow). */
-static int32_t c128__group_size(int64_t jobs, int64_t splits, int32_t sm_count, int32_t max_group) {
+static int32_t c128__group_size(int64_t jobs, int32_t head_dim, int32_t sm_count, int32_t max_group) {
   if (jobs <= 0) return 1;
   if (jobs > INT32_MAX) jobs = INT32_MAX;
   const int64_t wave = (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1);
+  const int64_t splits = head_dim >= C128_TILE_DIM && head_dim <= C128_MAX_HEAD_DIM ? C128_NUM_SPLIT(head_dim) : 1;
   int32_t best = 1;
   int64_t best_cost = INT64_MAX;
   for (int32_t g = 1; g <= max_group; ++g) {
@@ -2001,19 +1912,15 @@ static int32_t c128__group_size(int64_t jobs, int64_t splits, int32_t sm_count, 
   return best;
 }
 
-/* Narrow-tile splits of a head_dim, 1 for one the kernels do not take. */
-static int64_t c128__head_splits(int32_t head_dim) {
-  return head_dim >= C128_TILE_DIM && head_dim <= C128_MAX_HEAD_DIM ? C128_NUM_SPLIT(head_dim) : 1;
-}
 C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count) {
-  return c128__group_size(batch, c128__head_splits(head_dim), sm_count, C128_MAX_DECODE_GROUP);
+  return c128__group_size(batch, head_dim, sm_count, C128_MAX_DECODE_GROUP);
 }
 C128_API int32_t c128_prefill_group_size(int64_t num_compress, int32_t head_dim, int32_t sm_count) {
-  return c128__group_size(num_compress, c128__head_splits(head_dim), sm_count, C128_MAX_PREFILL_GROUP);
+  return c128__group_size(num_compress, head_dim, sm_count, C128_MAX_PREFILL_GROUP);
 }
 
 static int64_t c128__grouped_blocks(int64_t jobs, c128__trait t, int32_t group) {
-  return (jobs + group - 1) / group * c128__num_split(t);
+  return (jobs + group - 1) / group * C128_NUM_SPLIT(t.head_dim);
 }
 
 /* A launch's group: the caller's, or the automatic one, which needs the device's SM count; the
@@ -2027,33 +1934,22 @@ static c128_status c128__pick_group(int32_t requested, int64_t jobs, c128__trait
   if (on_gpu && (cudaGetDevice(&device) != cudaSuccess ||
                  cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess))
     return C128_ERROR_LAUNCH_FAILED;
-  *group = c128__group_size(jobs, c128__num_split(t), sm_count, max_group);
+  *group = c128__group_size(jobs, t.head_dim, sm_count, max_group);
   return C128_SUCCESS;
 }
 
-/* Batches from which a decode launch takes the wide kernel, where the instance has one. */
-#ifndef C128__THIN_MAX_BATCH
-#define C128__THIN_MAX_BATCH 32
-#endif
-
-/* One decode launch on the GPU (kernels != NULL: the narrow and the wide one) or the host runner
-   (options). */
-static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, const void *const *kernels,
-                                    cudaStream_t stream, const c128_host_options *o) {
+/* One decode launch on the GPU (kernel != NULL) or the host runner (options). */
+static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, const void *kernel, cudaStream_t stream,
+                                    const c128_host_options *o) {
   if (!a) return C128_ERROR_NULL_POINTER;
   c128_status st = c128__validate_decode(a, t, 1);
   if (st != C128_SUCCESS || a->batch == 0) return st;
-  c128__trait wide = t;
-  wide.tile = 1;
-  const int use_wide = a->batch <= C128__THIN_MAX_BATCH;
-  if (use_wide) t = wide;
   c128__params p = c128__decode_params(a);
-  st = c128__pick_group(a->requests_per_block, a->batch, t, C128_MAX_DECODE_GROUP, kernels != NULL, &p.group);
+  st = c128__pick_group(a->requests_per_block, a->batch, t, C128_MAX_DECODE_GROUP, kernel != NULL, &p.group);
   if (st != C128_SUCCESS) return st;
   const int64_t blocks = c128__grouped_blocks(a->batch, t, p.group);
-  if (!kernels) return c128__run_host(p, t, C128_PLAN_DECODE, blocks, o);
-  const size_t shared = use_wide ? C128__SHARED_BYTES(1) : 0;
-  return c128__launch(kernels[use_wide], blocks, C128_BLOCK_THREADS, shared, a->pdl, stream, &p);
+  if (!kernel) return c128__run_host(p, t, C128_PLAN_DECODE, blocks, o);
+  return c128__launch(kernel, blocks, C128_BLOCK_THREADS, a->pdl, stream, &p);
 }
 
 /* Compress first, write second, on one stream: a batch's writes may land on slots its own
@@ -2069,13 +1965,13 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
                           &p.group);
     if (st != C128_SUCCESS) return st;
     const int64_t blocks = c128__grouped_blocks(a->num_compress, t, p.group);
-    st = compress_kernel ? c128__launch(compress_kernel, blocks, C128_BLOCK_THREADS, 0, a->pdl, stream, &p)
+    st = compress_kernel ? c128__launch(compress_kernel, blocks, C128_BLOCK_THREADS, a->pdl, stream, &p)
                          : c128__run_host(p, t, C128_PLAN_COMPRESS, blocks, o);
   }
   if (st == C128_SUCCESS && a->num_write > 0) {
     const c128__params p = c128__prefill_params(a, C128_PLAN_WRITE);
     const int64_t blocks = c128__write_blocks(a->num_write);
-    st = write_kernel ? c128__launch(write_kernel, blocks, C128_WRITE_BLOCK_THREADS, 0, a->pdl, stream, &p)
+    st = write_kernel ? c128__launch(write_kernel, blocks, C128_WRITE_BLOCK_THREADS, a->pdl, stream, &p)
                       : c128__run_host(p, t, C128_PLAN_WRITE, blocks, o);
   }
   return st;
@@ -2085,9 +1981,7 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
 #define C128__ENTRY_POINTS(name, D, state, input, output)                                                 \
   C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {               \
     const c128__trait t = C128__TRAIT(D, state, input, output);                                           \
-    const void *const kernels[2] = {(const void *)c128__decode_kernel_##name,                             \
-                                    (const void *)c128__wide_decode_kernel_##name};                       \
-    return c128__decode_run(a, t, kernels, stream, NULL);                                                 \
+    return c128__decode_run(a, t, (const void *)c128__decode_kernel_##name, stream, NULL);                \
   }                                                                                                       \
   C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {             \
     const c128__trait t = C128__TRAIT(D, state, input, output);                                           \
@@ -2230,7 +2124,7 @@ static c128_status c128__report(c128_plan_report *r, c128_plan_kind kind, int64_
 /* The trait of the compiled instance the arguments name, as the generic launch finds it. */
 static c128_status c128__instance_trait(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od, c128__trait *t) {
   if (c128_find_instance(head_dim, sd, id, od) < 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
-  const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od, C128_TILE_ELEMS};
+  const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od};
   *t = trait;
   return C128_SUCCESS;
 }
@@ -2907,7 +2801,7 @@ static c128_status c128__plan_refuse(const c128_device_plan_args *a, c128_status
                  ? a->counts
                  : NULL;
   /* Without PDL: the kernel does not wait, and a predecessor may still read status or counts. */
-  if (on_device) (void)c128__launch((const void *)c128__plan_refused_kernel, 1, 1, 0, 0, stream, &r);
+  if (on_device) (void)c128__launch((const void *)c128__plan_refused_kernel, 1, 1, 0, stream, &r);
   else c128__write_refusal(&r);
   return st;
 }
@@ -2930,11 +2824,10 @@ static c128_status c128__plan_device(const c128_device_plan_args *a, int decode,
     for (int64_t k = 0; k < slots; ++k) c128__plan_emit(&p, k);
     return C128_SUCCESS;
   }
-  c128_status launched =
-      c128__launch((const void *)c128__plan_count_kernel, 1, C128__PLAN_THREADS, 0, a->pdl, stream, &p);
+  c128_status launched = c128__launch((const void *)c128__plan_count_kernel, 1, C128__PLAN_THREADS, a->pdl, stream, &p);
   if (launched == C128_SUCCESS && slots > 0)
     launched = c128__launch((const void *)c128__plan_emit_kernel, (slots + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS,
-                            C128__PLAN_THREADS, 0, a->pdl, stream, &p);
+                            C128__PLAN_THREADS, a->pdl, stream, &p);
   return launched;
 }
 
