@@ -28,29 +28,6 @@ uint64_t rng_u64(rng *r) { /* splitmix64 */
 
 double rng_uniform(rng *r) { return (double)(rng_u64(r) >> 11) * 0x1.0p-53; }
 
-enum { GUARD_BYTES = 4096, GUARD_CANARY = 0x5A };
-
-dev_guarded dev_guarded_make(const void *contents, size_t bytes) {
-  dev_guarded g = {NULL, NULL, bytes};
-  CUDA_OK(cudaMalloc((void **)&g.dev, bytes + 2 * GUARD_BYTES));
-  CUDA_OK(cudaMallocHost((void **)&g.host, bytes + 2 * GUARD_BYTES));
-  CUDA_OK(cudaMemset(g.dev, GUARD_CANARY, bytes + 2 * GUARD_BYTES));
-  if (contents) CUDA_OK(cudaMemcpy(g.dev + GUARD_BYTES, contents, bytes, cudaMemcpyHostToDevice));
-  return g;
-}
-
-void *dev_guarded_inside(const dev_guarded *g) { return g->dev + GUARD_BYTES; }
-
-const char *dev_guarded_fetch(dev_guarded *g, const char *what, uint64_t seed) {
-  CUDA_OK(cudaMemcpy(g->host, g->dev, g->bytes + 2 * GUARD_BYTES, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < GUARD_BYTES; ++i)
-    cr_assert(g->host[i] == GUARD_CANARY && g->host[GUARD_BYTES + g->bytes + i] == GUARD_CANARY,
-              "%s: a kernel wrote outside the buffer (seed %llu)", what, (unsigned long long)seed);
-  return g->host + GUARD_BYTES;
-}
-
-void dev_guarded_free(dev_guarded *g) { cudaFree(g->dev), cudaFreeHost(g->host); }
-
 int64_t rng_below(rng *r, int64_t n) { return n <= 0 ? 0 : (int64_t)(rng_u64(r) % (uint64_t)n); }
 
 /* Plan fields drawn where the bounds checks live: any 32-bit value, just around `limit`, just
@@ -150,6 +127,29 @@ const char *sanitizer_tool(void) {
 void require_backend(backend be) {
   if (be == BACKEND_GPU && !gpu_present()) cr_skip_test("no CUDA device present: GPU test skipped");
 }
+
+enum { GUARD_BYTES = 4096, GUARD_CANARY = 0x5A };
+
+dev_guarded dev_guarded_make(const void *contents, size_t bytes) {
+  dev_guarded g = {NULL, NULL, bytes};
+  CUDA_OK(cudaMalloc((void **)&g.dev, bytes + 2 * GUARD_BYTES));
+  CUDA_OK(cudaMallocHost((void **)&g.host, bytes + 2 * GUARD_BYTES));
+  CUDA_OK(cudaMemset(g.dev, GUARD_CANARY, bytes + 2 * GUARD_BYTES));
+  if (contents) CUDA_OK(cudaMemcpy(g.dev + GUARD_BYTES, contents, bytes, cudaMemcpyHostToDevice));
+  return g;
+}
+
+void *dev_guarded_inside(const dev_guarded *g) { return g->dev + GUARD_BYTES; }
+
+const char *dev_guarded_fetch(dev_guarded *g, const char *what, uint64_t seed) {
+  CUDA_OK(cudaMemcpy(g->host, g->dev, g->bytes + 2 * GUARD_BYTES, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < GUARD_BYTES; ++i)
+    cr_assert(g->host[i] == GUARD_CANARY && g->host[GUARD_BYTES + g->bytes + i] == GUARD_CANARY,
+              "%s: a kernel wrote outside the buffer (seed %llu)", what, (unsigned long long)seed);
+  return g->host + GUARD_BYTES;
+}
+
+void dev_guarded_free(dev_guarded *g) { cudaFree(g->dev), cudaFreeHost(g->host); }
 
 static void *to_device(const void *host, size_t bytes) {
   void *d = NULL;
