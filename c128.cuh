@@ -107,7 +107,7 @@
    ALLOCATION
      Launches and the device planners allocate nothing. The host planners take host scratch
      (a copy of the requests and a table of the pages the batch writes, sized from the batch:
-     up to 4 KiB each on the stack, calloc beyond), the plan checkers 16 bytes per plan, the
+     up to 4 KiB each on the stack, calloc beyond), the plan checkers 48 bytes per plan, the
      host runner's race checker a shadow of what it touches (capped by
      c128_host_options.checker_limit_bytes); each returns C128_ERROR_OUT_OF_MEMORY when it
      cannot have them.
@@ -520,8 +520,11 @@ typedef struct c128_plan_report {
    C128_ERROR_INVALID_PLAN with the first offending plan (lowest index, compress plans before
    write plans) in *report. It reports every condition that makes a kernel skip a plan (padding
    rows and sentinels excepted), and also: a boundary decode whose write slot is not row 127 of
-   its read page, a compress plan whose seq_len is not a multiple of 128, and a plan that writes
-   the slot an earlier plan of the batch writes. Uses 16 bytes of host scratch per plan. */
+   its read page, a compress plan whose seq_len is not a multiple of 128, and a plan whose state
+   access conflicts with an earlier plan's in the same launch: it writes a slot an earlier plan
+   writes, or (decode) it writes a slot an earlier plan's window reads, or its window reads a
+   slot an earlier plan writes (the result would depend on block order). Uses 48 bytes of host
+   scratch per plan. */
 C128_API c128_status c128_check_decode_plans(const c128_decode_args *args, c128_plan_report *report);
 C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *args, c128_plan_report *report);
 
@@ -2129,41 +2132,97 @@ static c128_status c128__instance_trait(int32_t head_dim, c128_dtype sd, c128_dt
   return C128_SUCCESS;
 }
 
+/* A state access of one plan, as the checker sees it: a write of row `key + offset` (length 0)
+   or a read of rows key .. key + length - 1. Keys are the rows that start a page of the
+   physical state, so a write and a read can only meet within one key. */
 typedef struct c128__slot_use {
-  int64_t slot, index;
+  int64_t key, index;
+  int32_t offset, length;
 } c128__slot_use;
 
 static int c128__slot_order(const void *a, const void *b) {
   const c128__slot_use *x = (const c128__slot_use *)a, *y = (const c128__slot_use *)b;
-  if (x->slot != y->slot) return x->slot < y->slot ? -1 : 1;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
-/* The first plan (lowest index) that writes a slot an earlier plan writes: its index, or `limit`
-   when none below it does. Frees `uses`. */
-static int64_t c128__first_shared_slot(c128__slot_use *uses, int64_t n, int64_t limit, int64_t *slot,
-                                       int64_t *earlier) {
+/* Whether use u conflicts with an earlier plan's use v of the same key: the same row written
+   twice, or a row one writes and the other reads. */
+static int c128__uses_conflict(const c128__slot_use *u, const c128__slot_use *v) {
+  if (!u->length && !v->length) return u->offset == v->offset;
+  if (u->length && v->length) return 0;
+  const c128__slot_use *write = u->length ? v : u, *read = u->length ? u : v;
+  return write->offset < read->length;
+}
+
+/* The first plan (lowest index) whose access conflicts with an earlier plan's in the same launch
+   (c128__uses_conflict): its index, or `limit` when none below it does; *use and *earlier get
+   the two conflicting uses. Within a key the uses are walked in plan order,
+   keeping what earlier plans did: the rows they wrote (a page has at most 128), the lowest of
+   them and the longest read. Frees `uses`. */
+static int64_t c128__first_conflict(c128__slot_use *uses, int64_t n, int64_t limit, c128__slot_use *use,
+                                    c128__slot_use *earlier) {
   qsort(uses, (size_t)n, sizeof *uses, c128__slot_order);
   int64_t first = limit;
-  for (int64_t i = 1; i < n; ++i)
-    if (uses[i].slot == uses[i - 1].slot && uses[i].index < first) {
-      first = uses[i].index, *slot = uses[i].slot;
-      for (int64_t k = i - 1; k >= 0 && uses[k].slot == uses[i].slot; --k) *earlier = uses[k].index;
+  for (int64_t g = 0; g < n;) {
+    int64_t end = g;
+    while (end < n && uses[end].key == uses[g].key) ++end;
+    uint64_t written[2] = {0, 0}, pending[2] = {0, 0}; /* earlier plans' rows, and this plan's */
+    int32_t low_write = INT32_MAX, long_read = 0, low_pending = INT32_MAX, long_pending = 0;
+    for (int64_t i = g; i < end && uses[i].index < first; ++i) {
+      if (i > g && uses[i].index != uses[i - 1].index) { /* a new plan: the last one's uses count now */
+        written[0] |= pending[0], written[1] |= pending[1], pending[0] = pending[1] = 0;
+        low_write = low_pending < low_write ? low_pending : low_write, low_pending = INT32_MAX;
+        long_read = long_pending > long_read ? long_pending : long_read, long_pending = 0;
+      }
+      const c128__slot_use *u = &uses[i];
+      const int hit = u->length ? low_write < u->length
+                                : u->offset < long_read || (written[u->offset / 64] >> (u->offset % 64) & 1u);
+      if (hit) {
+        first = u->index, *use = *u;
+        for (int64_t k = g; k < i; ++k)
+          if (uses[k].index < u->index && c128__uses_conflict(u, &uses[k])) {
+            *earlier = uses[k];
+            break;
+          }
+        break;
+      }
+      if (u->length) long_pending = u->length > long_pending ? u->length : long_pending;
+      else {
+        pending[u->offset / 64] |= (uint64_t)1 << (u->offset % 64);
+        low_pending = u->offset < low_pending ? u->offset : low_pending;
+      }
     }
+    g = end;
+  }
   free(uses);
   return first;
 }
 
-/* Reports the earlier of a plan's own failure (own < limit, with its text) and a shared slot. */
+/* Reports the earlier of a plan's own failure (own < limit, with its text) and a conflict. */
 static c128_status c128__report_first(c128_plan_report *r, c128_plan_kind kind, c128__slot_use *uses, int64_t n,
                                       int64_t own, const char *own_text) {
-  int64_t slot = 0, earlier = 0;
+  c128__slot_use use = {0, 0, 0, 0}, earlier = use;
   const int64_t limit = own >= 0 ? own : INT64_MAX;
-  const int64_t shared = c128__first_shared_slot(uses, n, limit, &slot, &earlier);
-  if (shared < limit)
-    return c128__report(r, kind, shared, "writes state row %lld, as plan %lld does", (long long)slot,
-                        (long long)earlier);
+  const int64_t conflict = c128__first_conflict(uses, n, limit, &use, &earlier);
+  if (conflict < limit) {
+    if (use.length)
+      return c128__report(r, kind, conflict, "its window reads state rows %lld .. %lld; plan %lld writes row %lld",
+                          (long long)use.key, (long long)(use.key + use.length - 1), (long long)earlier.index,
+                          (long long)(earlier.key + earlier.offset));
+    return earlier.length
+               ? c128__report(r, kind, conflict, "writes state row %lld, which plan %lld reads in its window",
+                              (long long)(use.key + use.offset), (long long)earlier.index)
+               : c128__report(r, kind, conflict, "writes state row %lld, as plan %lld does",
+                              (long long)(use.key + use.offset), (long long)earlier.index);
+  }
   return own >= 0 ? c128__report(r, kind, own, "%s", own_text) : C128_SUCCESS;
+}
+
+/* A write of physical state row `row` by plan `index`. */
+static c128__slot_use c128__write_use(int64_t row, int64_t index) {
+  const c128__slot_use u = {row / C128_WINDOW * C128_WINDOW, index, (int32_t)(row % C128_WINDOW), 0};
+  return u;
 }
 
 C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_plan_report *report) {
@@ -2173,21 +2232,31 @@ C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_pla
   c128_status st = c128__instance_trait(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, &t);
   if (st == C128_SUCCESS) st = c128__validate_decode(a, t, 0);
   if (st != C128_SUCCESS || a->batch == 0) return st;
-  c128__slot_use *uses = (c128__slot_use *)malloc((size_t)a->batch * sizeof *uses);
+  /* Each running plan writes its new row; a boundary plan's window also reads rows 0..126 of
+     its page: one write and at most one read each. */
+  c128__slot_use *uses = (c128__slot_use *)malloc((size_t)a->batch * 2 * sizeof *uses);
   if (!uses) return C128_ERROR_OUT_OF_MEMORY;
   const c128__params p = c128__decode_params(a);
   int64_t n = 0, own = -1;
   char text[96] = "";
   for (int64_t b = 0; b < a->batch && own < 0; ++b) {
     c128__decode_job job;
+    memset(&job, 0, sizeof job);
     const int reason = c128__decode_prepare(&p, b, 0, 0, &job);
     if (reason == C128__PADDING) continue;
     const c128_decode_plan plan = a->plans[b];
-    if (reason != C128__RUN) own = b, snprintf(text, sizeof text, "%s", c128__reason_text(reason));
-    else if (job.boundary && plan.read_page_1 != plan.write_loc / C128_WINDOW)
+    if (reason != C128__RUN) {
+      own = b, snprintf(text, sizeof text, "%s", c128__reason_text(reason));
+    } else if (job.boundary && plan.read_page_1 != plan.write_loc / C128_WINDOW) {
       own = b, snprintf(text, sizeof text, "boundary write slot %d is not row 127 of read page %d", (int)plan.write_loc,
                         (int)plan.read_page_1);
-    else uses[n].slot = plan.write_loc, uses[n].index = b, ++n;
+    } else {
+      uses[n++] = c128__write_use(job.write_row, b);
+      if (job.boundary) {
+        const c128__slot_use read = {job.win.state_row0, b, 0, job.win.buffer_len};
+        uses[n++] = read;
+      }
+    }
   }
   return c128__report_first(report, C128_PLAN_DECODE, uses, n, own, text);
 }
@@ -2218,7 +2287,10 @@ C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *a, c128_p
     const int reason = c128__write_prepare(&pw, k, 0, &src, &dst);
     if (reason == C128__PADDING) continue;
     if (reason != C128__RUN) own = k, text = c128__reason_text(reason);
-    else uses[n].slot = a->write_plans[k].write_loc, uses[n].index = k, ++n;
+    else { /* the row in this rank's view, owned or not: the owner writes it in the same batch */
+      const int32_t loc = a->write_plans[k].write_loc;
+      uses[n++] = c128__write_use(c128__physical_page(&pw, loc / C128_WINDOW) * C128_WINDOW + loc % C128_WINDOW, k);
+    }
   }
   return c128__report_first(report, C128_PLAN_WRITE, uses, n, own, text);
 }

@@ -239,7 +239,10 @@ static void fz_mode_checker(fz_reader *r) {
         run[k] = m.reason == M_RUN, slot[k] = p.write_loc;
       }
     }
-    if (!prefill) fz_mark_duplicates(slot, run, count1, off1);
+    if (!prefill) {
+      fz_mark_duplicates(slot, run, count1, off1);
+      fz_mark_window_conflicts(&L, (const c128_decode_plan *)plans1, run, count1, off1);
+    }
     for (int64_t k = 0; k < count2; ++k) {
       const c128_write_plan p = ((const c128_write_plan *)plans2)[k];
       const m_write m = m_write_plan(&L, in_rows, p);

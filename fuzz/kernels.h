@@ -346,6 +346,33 @@ static void fz_mark_duplicates(const int64_t *slot, const int *run, int64_t n, i
       if (run[j] && slot[j] == slot[k] && !off[k]) off[k] = 2;
 }
 
+/* Decode plans whose new row and another plan's window meet: off = 2 for the later of the two
+   (as for a second write of one slot): running plan k writes a row of an earlier running plan
+   j's window (rows 0..126 of its read page), or j writes a row of k's window. Physical rows of
+   the slot, owned by this rank or not: its owner writes it in the same batch. */
+static int64_t fz_decode_write_row(const fz_layout *L, c128_decode_plan p) {
+  return m_phys(L, p.write_loc / 128) * 128 + p.write_loc % 128;
+}
+static int fz_window_holds(const fz_layout *L, c128_decode_plan p, int64_t row) {
+  if (p.write_loc % 128 != 127) return 0;
+  const int64_t at = row - m_phys(L, p.read_page_1) * 128;
+  return at >= 0 && at < 127;
+}
+static void fz_mark_window_conflicts(const fz_layout *L, const c128_decode_plan *plans, const int *run, int64_t n,
+                                     int *off) {
+  int64_t *live = (int64_t *)fz_alloc((size_t)n * sizeof(int64_t) + 1), m = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    if (!run[k]) continue;
+    for (int64_t i = 0; i < m && !off[k]; ++i) {
+      const c128_decode_plan a = plans[live[i]], b = plans[k];
+      if (fz_window_holds(L, a, fz_decode_write_row(L, b)) || fz_window_holds(L, b, fz_decode_write_row(L, a)))
+        off[k] = 2;
+    }
+    live[m++] = k;
+  }
+  free(live);
+}
+
 /* >>mode 1: prefill ---------------------------------------------------------------------------- */
 static c128_compress_plan rd_compress_plan(fz_reader *r, int64_t N, int64_t span) {
   c128_compress_plan p;
@@ -904,6 +931,7 @@ static void fz_mode_decode(fz_reader *r) {
         run[b] = md[b].reason == M_RUN, slot[b] = plans[b].write_loc;
       }
       fz_mark_duplicates(slot, run, B, off);
+      fz_mark_window_conflicts(&L, plans, run, B, off);
       fz_check_report(cst, &rep, msg, msg_size, off, B, NULL, 0, C128_PLAN_DECODE, C128_PLAN_DECODE);
       free(off), free(run), free(slot);
     }
