@@ -1,4 +1,4 @@
-/* bench.c - the c128 benchmark (issue 4).
+/* bench.c - the c128 benchmark (BENCHMARKS.md).
 
    Times every case of BENCHMARKS.md with CUDA events after a warm-up, rotating over enough
    independent inputs and states that each launch misses the 60 MB L2, and writes one CSV row per

@@ -1,4 +1,4 @@
-/* soak: examples/serve's serving simulation with injected faults (issue 13).
+/* soak: examples/serve's serving simulation with injected faults.
 
    The workload is serve's: `live` requests on a speculative request ring (R = 256, pool row =
    slot), chunked prefill, decode and speculative verify steps with random acceptance and

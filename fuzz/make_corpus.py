@@ -7,7 +7,7 @@ decoders field by field; `C128_FUZZ_VERBOSE=1 fuzz/run.sh repro fuzz/corpus/*` p
 seed decodes to. Seeds are valid batches, edge cases of SPEC 6.5 and argument errors.
 
     python3 fuzz/make_corpus.py [DIR]           the seeds (default fuzz/corpus)
-    python3 fuzz/make_corpus.py --crashes [DIR] the known bugs' reproducers (default fuzz/crashes)
+    python3 fuzz/make_corpus.py --crashes [DIR] the fixed bugs' reproducers (default fuzz/crashes)
 """
 import os
 import struct
@@ -714,7 +714,7 @@ def cases():
     c["check-huge-sizes"] = checker_case(0, head_dim=512, pages=(1 << 62), out_rows=-3,
                                          plans=[dict(seq=1, wpage=0, wslot=0)], msg=0)
     c["check-head-dim-not-64"] = checker_case(1, head_dim=100, plans=[dict(seq=128)])
-    # -- the hardening (issue 13)
+    # -- the host side's hardening (test/test_attack.c's classes)
     c["check-decode-count-wraps"] = checker_case(0, pages=P, out_rows=-1 & 0x7FFFFFFFFFFFFFFF,
                                                  plans=[dict(seq=1, wpage=0, wslot=0)], extra=1, huge=5)
     c["check-write-count-int64-max"] = checker_case(1, pages=P, writes=[dict(rag=1, wpage=0, wslot=1)], extra=2, huge=4)
@@ -755,7 +755,7 @@ def cases():
 
 
 def crashes():
-    """Reproducers of the known bugs (fuzz/crashes/*.bin, see the .md files there)."""
+    """Reproducers of the fixed bugs (fuzz/crashes/*.bin, see the .md files there)."""
     return {
         "bug1-checker-head-dim-overflow.bin": checker_case(0, head_dim=1 << 24, plans=[dict(seq=1, wpage=0, wslot=0)]),
         "bug1-checker-head-dim-overflow-ub.bin": checker_case(1, head_dim=1 << 23, plans=[dict(seq=128)]),

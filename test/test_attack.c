@@ -1,11 +1,13 @@
-/* The host side attacked (issue 13): one test (or more) per class of input that broke it, written
+/* The host side attacked: one test (or more) per class of input that broke it, written
    as an attacker would write it, plus property tests (the checker accepts exactly what the launch
    accepts; the planners never emit a batch their checker rejects; "the first offending plan" is
    the first), threads that scribble the requests while the planners run, and a sweep of every
    public entry point with NULL, garbage and every size field at 0, -1, INT32_MAX, INT64_MAX and
    just past its limit. Suite `cpu`; the GPU parts in suite `gpu` (skipped without a device).
 
-   Class n of the issue is named in each test's comment as "class n". */
+   Each section below is one class of input ("---- class n: ..."), and each test's comment names
+   its class as "class n"; class 11, the header built for targets below sm_80, is the bare_nvcc
+   test of test/meson.build. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -288,7 +290,7 @@ static c128_write_plan random_write_plan(rng *r, int64_t rows, int64_t span) {
   return p;
 }
 
-/* Property (the issue's rule, class 3 at its root): random arguments (valid tensors, random
+/* Property (class 3's rule, check = launch): random arguments (valid tensors, random
    sizes, layouts, groups and dtypes, uncompiled ones included) and random plans through the host
    runner: for every argument error the checker and the launch give the same status; when the
    launch runs, the checker gives SUCCESS or INVALID_PLAN. The GPU entry point refuses the same

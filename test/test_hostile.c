@@ -1,4 +1,4 @@
-/* Hostile input and hardware checks (issue 5): the non-finite policy, plans of random bytes
+/* Hostile input and hardware checks: the non-finite policy, plans of random bytes
    that must never reach outside the buffers (canaries on every side), batches issued from
    several host threads on several streams at once, and bitwise determinism. */
 #include <criterion/criterion.h>
