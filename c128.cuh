@@ -232,6 +232,8 @@
 #define C128_MAX_DECODE_GROUP C128_WARP_THREADS             /* requests per decode block: one ballot lane each */
 #define C128_MAX_PREFILL_GROUP C128_WARP_THREADS            /* compress windows per block */
 #define C128_MAX_HEAD_DIM 65536                             /* keeps every element offset of a row in int */
+#define C128_ROPE_DIMS 64       /* cache entries: the last 64 channels are rotated, the others FP8 */
+#define C128_MAX_ENTRY_SPLITS 8 /* cache entries: a cluster holds a window's splits, head_dim <= 512 */
 /* Largest |GPU - host runner| of a C128_MATH_FAST output, per unit of (1 + max |kv|) (NUMERICS). */
 #define C128_FAST_BOUND 4e-6
 
@@ -285,32 +287,37 @@ typedef enum c128_instance_id {
 
 /* >>status -------------------------------------------------------------------------------- */
 /* Status codes: explicit values, never renumbered. X(name, value, message). */
-#define C128_STATUS_LIST(X)                                                                           \
-  X(C128_SUCCESS, 0, "success")                                                                       \
-  X(C128_ERROR_NULL_POINTER, 1, "a required pointer is NULL")                                         \
-  X(C128_ERROR_MISALIGNED, 2, "a tensor or plan pointer is not aligned for its vector access")        \
-  X(C128_ERROR_UNSUPPORTED_INSTANCE, 3, "no compiled instance for this (head_dim, dtypes)")           \
-  X(C128_ERROR_INSTANCE_MISMATCH, 4, "typed entry point called with another instance's args")         \
-  X(C128_ERROR_NEGATIVE_SIZE, 5, "a size or count is negative")                                       \
-  X(C128_ERROR_TOO_MANY_ROWS, 6, "more input rows than a plan can address (65536 for prefill)")       \
-  X(C128_ERROR_TOO_MANY_PLANS, 7, "more plans than a launch or the u16 ragged_id allows")             \
-  X(C128_ERROR_OUTPUT_TOO_SMALL, 8, "output_rows is smaller than the number of plans")                \
-  X(C128_ERROR_STATE_TOO_LARGE, 9, "state_pages overflows 64-bit byte offsets")                       \
-  X(C128_ERROR_INVALID_LAYOUT, 10, "shared layout: need size >= 1, 0 <= rank < size, pages >= 0")     \
-  X(C128_ERROR_LAUNCH_FAILED, 11, "cudaLaunchKernelEx failed")                                        \
-  X(C128_ERROR_OUT_OF_MEMORY, 12, "a host allocation (planner, checker, race checker) failed")        \
-  X(C128_ERROR_RACE_DETECTED, 13, "host runner checker found a race between threads or blocks")       \
-  X(C128_ERROR_INVALID_RING, 14, "ring_tokens must be a positive multiple of 128")                    \
-  X(C128_ERROR_EXTEND_EXCEEDS_SEQ, 15, "a request's extend_len exceeds its seq_len")                  \
-  X(C128_ERROR_EMPTY_EXTEND, 16, "a request of a prefill/extend batch has extend_len 0")              \
-  X(C128_ERROR_POOL_INDEX_OUT_OF_RANGE, 17, "a pool index is negative or beyond the page table")      \
-  X(C128_ERROR_PAGE_OUT_OF_RANGE, 18, "a plan would use a page outside the state")                    \
-  X(C128_ERROR_TOO_MANY_DRAFTS, 19, "verify batch has more drafts than the ring can persist")         \
-  X(C128_ERROR_CAPACITY_TOO_SMALL, 20, "plan arrays are smaller than the batch needs")                \
-  X(C128_ERROR_INVALID_PLAN, 21, "a plan is invalid (see the checker's message)")                     \
-  X(C128_ERROR_INVALID_GROUP, 22, "requests_per_block or windows_per_block is negative or too large") \
-  X(C128_ERROR_ALIASED, 23, "two arguments overlap that must not (see ALIASING)")                     \
-  X(C128_ERROR_PAGE_SHARED, 24, "two requests of one batch would write the same state page")
+#define C128_STATUS_LIST(X)                                                                                        \
+  X(C128_SUCCESS, 0, "success")                                                                                    \
+  X(C128_ERROR_NULL_POINTER, 1, "a required pointer is NULL")                                                      \
+  X(C128_ERROR_MISALIGNED, 2, "a tensor or plan pointer is not aligned for its vector access")                     \
+  X(C128_ERROR_UNSUPPORTED_INSTANCE, 3, "no compiled instance for this (head_dim, dtypes)")                        \
+  X(C128_ERROR_INSTANCE_MISMATCH, 4, "typed entry point called with another instance's args")                      \
+  X(C128_ERROR_NEGATIVE_SIZE, 5, "a size or count is negative")                                                    \
+  X(C128_ERROR_TOO_MANY_ROWS, 6, "more input rows than a plan can address (65536 for prefill)")                    \
+  X(C128_ERROR_TOO_MANY_PLANS, 7, "more plans than a launch or the u16 ragged_id allows")                          \
+  X(C128_ERROR_OUTPUT_TOO_SMALL, 8, "output_rows is smaller than the number of plans")                             \
+  X(C128_ERROR_STATE_TOO_LARGE, 9, "state_pages overflows 64-bit byte offsets")                                    \
+  X(C128_ERROR_INVALID_LAYOUT, 10, "shared layout: need size >= 1, 0 <= rank < size, pages >= 0")                  \
+  X(C128_ERROR_LAUNCH_FAILED, 11, "cudaLaunchKernelEx failed")                                                     \
+  X(C128_ERROR_OUT_OF_MEMORY, 12, "a host allocation (planner, checker, race checker) failed")                     \
+  X(C128_ERROR_RACE_DETECTED, 13, "host runner checker found a race between threads or blocks")                    \
+  X(C128_ERROR_INVALID_RING, 14, "ring_tokens must be a positive multiple of 128")                                 \
+  X(C128_ERROR_EXTEND_EXCEEDS_SEQ, 15, "a request's extend_len exceeds its seq_len")                               \
+  X(C128_ERROR_EMPTY_EXTEND, 16, "a request of a prefill/extend batch has extend_len 0")                           \
+  X(C128_ERROR_POOL_INDEX_OUT_OF_RANGE, 17, "a pool index is negative or beyond the page table")                   \
+  X(C128_ERROR_PAGE_OUT_OF_RANGE, 18, "a plan would use a page outside the state")                                 \
+  X(C128_ERROR_TOO_MANY_DRAFTS, 19, "verify batch has more drafts than the ring can persist")                      \
+  X(C128_ERROR_CAPACITY_TOO_SMALL, 20, "plan arrays are smaller than the batch needs")                             \
+  X(C128_ERROR_INVALID_PLAN, 21, "a plan is invalid (see the checker's message)")                                  \
+  X(C128_ERROR_INVALID_GROUP, 22, "requests_per_block or windows_per_block is negative or too large")              \
+  X(C128_ERROR_ALIASED, 23, "two arguments overlap that must not (see ALIASING)")                                  \
+  X(C128_ERROR_PAGE_SHARED, 24, "two requests of one batch would write the same state page")                       \
+  X(C128_ERROR_INVALID_STATE_LAYOUT, 25, "state_layout: block_rows, row_shift or the block table is out of range") \
+  X(C128_ERROR_INVALID_ENTRY, 26, "entry: unknown output kind, or a cache, page or table size out of range")       \
+  X(C128_ERROR_UNSUPPORTED_DEVICE, 27, "cache-entry output needs thread-block clusters (sm_90 or newer)")          \
+  X(C128_ERROR_BLOCK_MISSING, 28, "a block the batch reads or writes is not allocated (or is the null block)")     \
+  X(C128_ERROR_ROPE_TABLE_TOO_SHORT, 29, "a window starts at a position the RoPE table does not hold")
 
 typedef enum c128_status {
 #define C128__STATUS_ENUM(name, value, message) name = value,
@@ -401,6 +408,57 @@ typedef struct c128_shared_layout {
   int32_t pages_per_rank;
 } c128_shared_layout;
 
+/* How the state is stored (DESIGN 5.9). Zero = SGLang's layout: one tensor of pages of 128 rows,
+   each row kv | raw score, and plans that name its rows (write_loc) and pages (read_page_1)
+   directly, or through c128_shared_layout. Any other value describes vLLM's and TensorRT-LLM's
+   layouts too, and cannot be combined with a sharded c128_shared_layout. */
+typedef struct c128_state_layout {
+  int32_t block_rows;   /* B: rows per block of the state tensor(s), a power of two in [8, 256]; 0 = 128.
+                           state_pages then counts blocks */
+  int32_t score_biased; /* stored scores hold score + ape[position mod 128] (vLLM, TensorRT-LLM): ape is
+                           added to rows read from the input only, and writes of scores add it */
+  void *score_plane;    /* NULL: `state` holds rows of kv | score [state_pages, B, 2 * head_dim]. Else two planes:
+                           kv in `state` and scores here, each [state_pages, B, head_dim] (TensorRT-LLM) */
+  /* A block table: plans name LOGICAL rows, row = table_row << row_shift | position (a row of
+     the table, and a position within what it maps), and the kernels find the physical row
+     block_table[table_row][position / B] * B + position % B. NULL: plans name physical rows. */
+  const int32_t *block_table;       /* [table_rows][table_stride] physical block ids; negative = none */
+  const int32_t *score_block_table; /* the score plane's own table, the same shape; NULL = block_table */
+  int64_t table_rows, table_stride;
+  int32_t row_shift; /* 7..30, and table_rows << row_shift <= 2^31 (logical rows are int32) */
+} c128_state_layout;
+
+/* What a compress event writes: X(enumerator, value, name). */
+#define C128_OUTPUT_KINDS(X)                                                                             \
+  X(C128_OUTPUT_POOLED, 0, "pooled")       /* the pooled vector y, output_dtype [rows, head_dim] */      \
+  X(C128_OUTPUT_DSV4_FP8, 1, "dsv4_fp8")   /* DeepSeek-V4's cache entry, FlashMLA's sparse FP8 layout */ \
+  X(C128_OUTPUT_DSV4_BF16, 2, "dsv4_bf16") /* the same entry dequantised: head_dim bf16 values */
+typedef enum c128_output_kind {
+#define C128__OUTPUT_KIND_ENUM(name, value, text) name = value,
+  C128_OUTPUT_KINDS(C128__OUTPUT_KIND_ENUM)
+#undef C128__OUTPUT_KIND_ENUM
+      C128__OUTPUT_KIND_RANGE_MIN = -2147483647 - 1,
+  C128__OUTPUT_KIND_RANGE_MAX = 2147483647
+} c128_output_kind;
+
+/* The cache-entry epilogue (DESIGN 11): RMSNorm, RoPE on the last 64 channels, FP8 (UE8M0 scales,
+   blocks of 64) of the others, stored into a paged cache, in the compress launch itself. Entry
+   `loc` is slot loc % P of page loc / P. FP8 entry t of a page: head_dim - 64 e4m3 codes and 64
+   bf16 rope values at byte (head_dim + 64) * t; its scale bytes (one a block, then one 0 pad
+   byte) at byte (head_dim + 64) * P + (head_dim / 64) * t. BF16 entry t: head_dim bf16 values at
+   byte 2 * head_dim * t. Needs sm_90 (thread-block clusters) and head_dim <= 512. */
+typedef struct c128_entry_args {
+  c128_output_kind kind;    /* C128_OUTPUT_POOLED (0): the fields below are not read */
+  const float *norm_weight; /* gamma [head_dim], f32 */
+  float norm_eps;           /* 1e-6 in DeepSeek-V4 */
+  const float *rope_table;  /* [rope_positions][32][2] f32: (cos, sin) of pair i at position p */
+  int64_t rope_positions;   /* > every window's position (its first token) */
+  void *cache;              /* page p at cache + p * page_bytes */
+  int64_t cache_pages;
+  int32_t entries_per_page; /* P: a power of two */
+  int64_t page_bytes;       /* a multiple of 4, at least what P entries take */
+} c128_entry_args;
+
 /* One decode step: one new token per request; input row b and output row b belong to plan b. */
 typedef struct c128_decode_args {
   int32_t head_dim;
@@ -410,12 +468,17 @@ typedef struct c128_decode_args {
   const void *input;             /* [batch, 2 * head_dim]: kv | score of each new token */
   const float *ape;              /* [128, head_dim], always f32 */
   void *output;                  /* [output_rows, head_dim]; row b written only at a boundary */
-  int64_t output_rows;           /* >= batch */
+  int64_t output_rows;           /* >= batch without output_index; unused for cache entries */
   const c128_decode_plan *plans; /* [batch] */
   int64_t batch;
   c128_shared_layout layout;
   int32_t pdl;                /* launch with programmatic dependent launch */
   int32_t requests_per_block; /* 1..C128_MAX_DECODE_GROUP; 0 = from the batch and the SM count */
+  c128_state_layout state_layout;
+  /* Where request b's window goes: output row (pooled) or cache entry output_index[b]; NULL = b.
+     Rows or entries outside the output or cache are skipped. [batch] */
+  const int64_t *output_index;
+  c128_entry_args entry; /* zero: pooled rows in output */
 } c128_decode_args;
 
 /* A prefill / extend / verify batch: compress events first, then state writes. */
@@ -428,7 +491,7 @@ typedef struct c128_prefill_args {
   int64_t input_rows; /* <= 65536 */
   const float *ape;
   void *output;        /* [output_rows, head_dim]: row k <- compress plan k */
-  int64_t output_rows; /* >= num_compress */
+  int64_t output_rows; /* >= num_compress without output_index; unused for cache entries */
   const c128_compress_plan *compress_plans;
   int64_t num_compress; /* launched count, sentinels included; <= 65536 */
   const c128_write_plan *write_plans;
@@ -436,6 +499,12 @@ typedef struct c128_prefill_args {
   c128_shared_layout layout;
   int32_t pdl;
   int32_t windows_per_block; /* compress windows per block, 1..C128_MAX_PREFILL_GROUP; 0 = automatic */
+  c128_state_layout state_layout;
+  /* Where the window that ends at input row r goes (the last row of a compress plan, its
+     ragged_id): output row or cache entry output_index[r], as SGLang's out_loc and vLLM's
+     per-token rows are indexed; NULL = row k for compress plan k. [input_rows] */
+  const int64_t *output_index;
+  c128_entry_args entry;
 } c128_prefill_args;
 
 /* Options of the host (CPU) runner. Zero = forward block order, no race checking. */
@@ -629,6 +698,7 @@ C128_API c128_status c128_plan_decode_device_host(const c128_device_plan_args *a
 #define C128__NO_UNROLL
 #endif
 #define C128__LAST_ROW (C128_WINDOW - 1)
+#define C128__LOG2_WINDOW 7
 #define C128__MAX_GROUP C128_WARP_THREADS
 C128__STATIC_ASSERT(C128_MAX_DECODE_GROUP <= C128__MAX_GROUP && C128_MAX_PREFILL_GROUP <= C128__MAX_GROUP,
                     "one ballot lane per job of a group");
@@ -785,10 +855,15 @@ C128__FN float c128__exp(float x) {
 /* >>memory -------------------------------------------------------------------------------- */
 typedef struct c128__checker c128__checker; /* host runner only (>>runner) */
 
-/* An instance's compile-time identity; constant-folded wherever a kernel is stamped. */
+/* An instance's compile-time identity; constant-folded wherever a kernel is stamped. Each
+   instance has kernels for today's state layout and pooled rows (layout = entry = 0), and the
+   same program for any state layout and output index (layout = 1, DESIGN 5.9) and for cache
+   entries (entry = 1, DESIGN 11): a launch picks the one its arguments need. */
 typedef struct c128__trait {
   int head_dim;
   int buf, in, out; /* c128_dtype of state, input, output */
+  int layout;       /* reads c128__params' layout fields; 0: they are the default and go unread */
+  int entry;        /* writes cache entries through a cluster of the window's splits */
 } c128__trait;
 
 /* Kernel arguments, passed by value. plans points at the kernel's own plan kind. */
@@ -803,7 +878,27 @@ typedef struct c128__params {
   int32_t group; /* jobs per block (decode, compress) */
   int32_t pdl;   /* launched with PDL: the prologue has a predecessor to overlap */
   c128__checker *checker;
+  const struct c128__more *more; /* kernels of a layout or with cache entries (c128__trait) */
 } c128__params;
+
+/* What only kernels of any layout or with cache entries read (c128__trait.layout, .entry). It is
+   their second kernel parameter, so that c128__params stays within the 128 bytes up to which nvcc
+   keeps a kernel's parameters in registers: past them, every kernel's machine code changed. */
+typedef struct c128__more {
+  /* any layout: the state layout and the output index */
+  void *score;                        /* the plane of the scores: `state`, or the score plane */
+  const int32_t *table, *score_table; /* block tables (NULL: plans name physical rows) */
+  int64_t table_rows, table_stride;
+  int32_t block_shift, row_shift; /* log2 of the block rows; logical row = table row << row_shift | position */
+  int32_t split, biased;          /* two planes; scores stored with ape added */
+  const int64_t *out_index;
+  /* cache entries */
+  int32_t entry_kind, entry_shift; /* c128_output_kind; log2 of the entries per page */
+  const float *gamma, *rope;
+  float eps;
+  char *cache;
+  int64_t cache_entries, rope_positions, page_bytes;
+} c128__more;
 
 static C128__MAYBE_UNUSED void c128__track(c128__checker *checker, const void *addr, int count, int elem_size,
                                            int is_write, const uint32_t *bits);
@@ -905,11 +1000,34 @@ C128__FN c128__raw2 c128__fetch2(const c128__params *p, c128__trait t, int64_t i
   return c128__load_raw2(p, p->input, in_elem, t.in, t.buf != t.in);
 }
 
-C128__FN void c128__put2(const c128__params *p, c128__trait t, c128__raw2 v, int64_t st_elem) {
+C128__FN void c128__put2(const c128__params *p, c128__trait t, c128__raw2 v, void *plane, int64_t st_elem) {
   if (t.buf != t.in)
     v = c128__raw_pack(t.buf, c128__narrow(t.buf, c128__widen(t.in, c128__raw_elem(t.in, v, 0))),
                        c128__narrow(t.buf, c128__widen(t.in, c128__raw_elem(t.in, v, 1))));
-  c128__store_raw2(p, p->state, st_elem, t.buf, v);
+  c128__store_raw2(p, plane, st_elem, t.buf, v);
+}
+
+/* A score pair stored with ape's pair for its window row added (a biased state, DESIGN 5.9): the
+   sum each window forms from an input row, rounded once to the state's dtype. */
+C128__FN void c128__put2_biased(const c128__params *p, c128__trait t, c128__raw2 v, void *plane, int64_t st_elem,
+                                float2 ape) {
+  const float x = c128__add(c128__widen(t.in, c128__raw_elem(t.in, v, 0)), ape.x);
+  const float y = c128__add(c128__widen(t.in, c128__raw_elem(t.in, v, 1)), ape.y);
+  c128__store_raw2(p, plane, st_elem, t.buf, c128__raw_pack(t.buf, c128__narrow(t.buf, x), c128__narrow(t.buf, y)));
+}
+
+/* The state's two halves, kv (half 0) and score (half 1): one plane of kv | score rows, or two
+   planes of one half each (c128_state_layout.score_plane). Element `ch` of a half of state row
+   `row` is at c128__plane_elem in c128__plane. */
+C128__FN void *c128__plane(const c128__params *p, c128__trait t, int half) {
+  return t.layout && half ? p->more->score : p->state;
+}
+C128__FN int64_t c128__plane_row_elems(const c128__params *p, c128__trait t) {
+  return t.layout && p->more->split ? t.head_dim : C128_ROW_ELEMS(t.head_dim);
+}
+C128__FN int64_t c128__plane_elem(const c128__params *p, c128__trait t, int half, int64_t row, int64_t ch) {
+  if (t.layout && p->more->split) return row * t.head_dim + ch;
+  return row * C128_ROW_ELEMS(t.head_dim) + half * C128_SCORE_OFFSET(t.head_dim) + ch;
 }
 
 /* >>rules: which plans run (DESIGN 6.5) ---------------------------------------------------- */
@@ -942,6 +1060,75 @@ C128__FN void c128__read_plan(const void *src, void *dst, int bytes, int guess) 
 #endif
 }
 
+/* A block-table entry or an output index: read-only for a launch, like the plans. */
+C128__FN int32_t c128__read_i32(const int32_t *at) {
+#ifdef __CUDA_ARCH__
+  return __ldg(at);
+#else
+  return *at;
+#endif
+}
+C128__FN int64_t c128__read_i64(const int64_t *at) {
+#ifdef __CUDA_ARCH__
+  return __ldg((const long long *)at);
+#else
+  return *at;
+#endif
+}
+
+/* Where a state row is: its row in the kv plane and in the score plane (the same row unless the
+   scores have a plane and a table of their own; -1: not in the state), and its window row, the
+   position mod 128 (the ape row of a biased score). */
+typedef struct c128__dest {
+  int64_t kv, score;
+  int32_t slot;
+} c128__dest;
+
+/* Kernels of any layout (DESIGN 5.9): the physical row of a logical one in the plane that
+   `table` maps, or -1. Without a table logical rows are physical; with one, logical row =
+   table row << row_shift | position, and the row is table[table row][position / B] * B +
+   position % B. */
+C128__FN int64_t c128__table_row(const c128__params *p, const int32_t *table, int64_t logical) {
+  if (logical < 0) return -1;
+  if (!table) return logical < p->state_pages << p->more->block_shift ? logical : -1;
+  const int64_t row = logical >> p->more->row_shift, at = logical & (((int64_t)1 << p->more->row_shift) - 1);
+  const int64_t column = at >> p->more->block_shift;
+  if (row >= p->more->table_rows || column >= p->more->table_stride) return -1;
+  const int32_t block = c128__read_i32(table + row * p->more->table_stride + column);
+  if (block < 0 || block >= p->state_pages) return -1;
+  return ((int64_t)block << p->more->block_shift) + (at & (((int64_t)1 << p->more->block_shift) - 1));
+}
+
+/* The state row a plan names by its logical row, in both planes (kernels of any layout). */
+C128__FN c128__dest c128__rows_of(const c128__params *p, int64_t logical) {
+  c128__dest d;
+  d.kv = c128__table_row(p, p->more->table, logical);
+  d.score = p->more->score_table == p->more->table ? d.kv : c128__table_row(p, p->more->score_table, logical);
+  d.slot = (int32_t)(logical & (C128_WINDOW - 1));
+  return d;
+}
+
+/* Whether rows 0 .. count - 1 (count >= 1) of the window at logical row row0 are in the state:
+   one look-up a block they span (a window is 128-aligned: it starts a block of B <= 128 rows, or
+   lies within one of 256), or, without a table, its first and last row. */
+C128__FN int c128__rows_present(const c128__params *p, int64_t row0, int count) {
+  if (!p->more->table) return c128__table_row(p, NULL, row0) >= 0 && c128__table_row(p, NULL, row0 + count - 1) >= 0;
+  for (int r = 0; r < count; r += 1 << p->more->block_shift) {
+    const c128__dest d = c128__rows_of(p, row0 + r);
+    if (d.kv < 0 || d.score < 0) return 0;
+  }
+  return 1;
+}
+
+/* Kernels of any layout and cache-entry kernels: where the window that ends at input row r goes,
+   output_index[r] (or k, the plan's own row, without an index), or -1 outside the output rows
+   (or the cache's entries). */
+C128__FN int64_t c128__target(const c128__params *p, c128__trait t, int64_t r, int64_t k) {
+  const int64_t at = p->more->out_index ? c128__read_i64(p->more->out_index + r) : k;
+  return at >= 0 && at < (t.entry ? p->more->cache_entries : p->output_rows) ? at : -1;
+}
+C128__FN int c128__indexed(c128__trait t) { return t.layout || t.entry; }
+
 /* Why a plan does not run: X(reason, text). The kernels skip a plan for any reason but RUN; the
    plan checker reports the first plan whose reason is neither RUN nor PADDING, with this text. */
 #define C128__PLAN_REASONS(X)                                                                       \
@@ -951,8 +1138,9 @@ C128__FN void c128__read_plan(const void *src, void *dst, int bytes, int guess) 
   X(C128__BAD_READ_PAGE, "read_page_1 outside the state")                                           \
   X(C128__BAD_INPUT_ROW, "input row outside [0, input_rows)")                                       \
   X(C128__BAD_WINDOW_START, "window's first input row lies before input row 0")                     \
-  X(C128__BAD_OUTPUT_ROW, "output row at or beyond output_rows")                                    \
-  X(C128__BAD_BUFFER_LEN, "buffer_len > 127")
+  X(C128__BAD_OUTPUT_ROW, "output row (or cache entry) outside the output (or the cache)")          \
+  X(C128__BAD_BUFFER_LEN, "buffer_len > 127")                                                       \
+  X(C128__BAD_POSITION, "window position (seq_len - 128) outside the RoPE table")
 enum c128__plan_reason {
 #define C128__REASON_ENUM(name, text) name,
   C128__PLAN_REASONS(C128__REASON_ENUM)
@@ -961,9 +1149,10 @@ enum c128__plan_reason {
 
 /* One window of one compress event, as a block sees it after its plan was checked. */
 typedef struct c128__window {
-  int64_t state_row0; /* state row of window row 0 (rows < buffer_len come from here) */
+  int64_t state_row0; /* state row of window row 0 (rows < buffer_len come from here); logical in
+                         kernels of any layout, whose warps find their rows in c128__block_ext */
   int64_t input_row0; /* input row of window row 0 (rows >= buffer_len come from here) */
-  int64_t out_row;
+  int64_t out_row;    /* output row, or the cache entry */
   int32_t buffer_len;
   int32_t split;
 } c128__window;
@@ -971,56 +1160,92 @@ typedef struct c128__window {
 /* What a decode plan asks of a block. */
 typedef struct c128__decode_job {
   c128__window win;
-  int64_t write_row; /* physical state row of the new token */
-  int32_t boundary, write;
+  c128__dest write_row; /* the state row of the new token */
+  int32_t boundary, write, position;
 } c128__decode_job;
 
+/* Cache-entry kernels: the window's position (its first token) from the plan's seq_len, or -1
+   outside the RoPE table. */
+C128__FN int64_t c128__window_position(const c128__params *p, uint32_t seq_len) {
+  const int64_t position = (int64_t)seq_len - C128_WINDOW;
+  return position >= 0 && position < p->more->rope_positions ? position : -1;
+}
+
 /* Decode plan b in split `split`: its job, or why it has nothing to do. */
-C128__FN int c128__decode_prepare(const c128__params *p, int64_t b, int split, int guess, c128__decode_job *job) {
+C128__FN int c128__decode_prepare(const c128__params *p, c128__trait t, int64_t b, int split, int guess,
+                                  c128__decode_job *job) {
   c128_decode_plan plan;
   c128__read_plan((const c128_decode_plan *)p->plans + b, &plan, sizeof plan, guess);
   if (plan.seq_len == 0 || plan.write_loc < 0) return C128__PADDING;
   if (b >= p->input_rows) return C128__BAD_INPUT_ROW;
-  const int32_t write_page = plan.write_loc / C128_WINDOW;
-  const int64_t write_phys = c128__physical_page(p, write_page);
-  if (write_phys < 0) return C128__BAD_WRITE_PAGE;
-  job->write_row = write_phys * C128_WINDOW + plan.write_loc % C128_WINDOW;
-  job->write = c128__owned(p, write_page);
+  if (t.layout) {
+    job->write_row = c128__rows_of(p, plan.write_loc);
+    if (job->write_row.kv < 0 || job->write_row.score < 0) return C128__BAD_WRITE_PAGE;
+    job->write = 1;
+  } else {
+    const int32_t write_page = plan.write_loc / C128_WINDOW;
+    const int64_t write_phys = c128__physical_page(p, write_page);
+    if (write_phys < 0) return C128__BAD_WRITE_PAGE;
+    job->write_row.kv = job->write_row.score = write_phys * C128_WINDOW + plan.write_loc % C128_WINDOW;
+    job->write_row.slot = plan.write_loc % C128_WINDOW;
+    job->write = c128__owned(p, write_page);
+  }
   job->boundary = plan.write_loc % C128_WINDOW == C128__LAST_ROW;
   job->win.split = split;
   if (!job->boundary) return C128__RUN;
   /* Rows 0..126 from the read page, row 127 straight from the input (DESIGN 6.2). */
-  const int64_t read_phys = c128__physical_page(p, plan.read_page_1);
-  if (read_phys < 0) return C128__BAD_READ_PAGE;
-  if (b >= p->output_rows) return C128__BAD_OUTPUT_ROW;
-  job->win.state_row0 = read_phys * C128_WINDOW;
+  if (t.layout) {
+    job->win.state_row0 = (int64_t)plan.read_page_1 * C128_WINDOW;
+    if (plan.read_page_1 < 0 || !c128__rows_present(p, job->win.state_row0, C128__LAST_ROW)) return C128__BAD_READ_PAGE;
+  } else {
+    const int64_t read_phys = c128__physical_page(p, plan.read_page_1);
+    if (read_phys < 0) return C128__BAD_READ_PAGE;
+    job->win.state_row0 = read_phys * C128_WINDOW;
+  }
+  if (c128__indexed(t)) {
+    if ((job->win.out_row = c128__target(p, t, b, b)) < 0) return C128__BAD_OUTPUT_ROW;
+  } else {
+    if (b >= p->output_rows) return C128__BAD_OUTPUT_ROW;
+    job->win.out_row = b;
+  }
+  if (t.entry && (job->position = (int32_t)c128__window_position(p, plan.seq_len)) < 0) return C128__BAD_POSITION;
   job->win.input_row0 = b - C128__LAST_ROW;
   job->win.buffer_len = C128__LAST_ROW;
-  job->win.out_row = b;
   return C128__RUN;
 }
 
-/* Compress plan k in split `split`: its window, or why it does not run. */
-C128__FN int c128__compress_prepare(const c128__params *p, int64_t k, int split, int guess, c128__window *w) {
+/* Compress plan k in split `split`: its window (and in cache-entry kernels its position), or why
+   it does not run. */
+C128__FN int c128__compress_prepare(const c128__params *p, c128__trait t, int64_t k, int split, int guess,
+                                    c128__window *w, int32_t *position) {
   c128_compress_plan plan;
   c128__read_plan((const c128_compress_plan *)p->plans + k, &plan, sizeof plan, guess);
   if (plan.seq_len == C128_INVALID_ID) return C128__PADDING;
   if (plan.buffer_len > C128__LAST_ROW) return C128__BAD_BUFFER_LEN;
-  if (k >= p->output_rows) return C128__BAD_OUTPUT_ROW;
+  if (!c128__indexed(t) && k >= p->output_rows) return C128__BAD_OUTPUT_ROW;
   if (plan.ragged_id >= p->input_rows) return C128__BAD_INPUT_ROW;
   if ((int64_t)plan.ragged_id - C128__LAST_ROW + plan.buffer_len < 0) return C128__BAD_WINDOW_START;
-  int64_t read_phys = 0;
-  if (plan.buffer_len > 0 && (read_phys = c128__physical_page(p, plan.read_page_1)) < 0) return C128__BAD_READ_PAGE;
-  w->state_row0 = read_phys * C128_WINDOW;
+  int64_t read_page = 0; /* logical in kernels of any layout: the warps translate its rows */
+  if (t.layout) {
+    read_page = plan.read_page_1;
+    if (plan.buffer_len > 0 &&
+        (plan.read_page_1 < 0 || !c128__rows_present(p, read_page * C128_WINDOW, plan.buffer_len)))
+      return C128__BAD_READ_PAGE;
+  } else if (plan.buffer_len > 0 && (read_page = c128__physical_page(p, plan.read_page_1)) < 0) {
+    return C128__BAD_READ_PAGE;
+  }
+  w->out_row = k;
+  if (c128__indexed(t) && (w->out_row = c128__target(p, t, plan.ragged_id, k)) < 0) return C128__BAD_OUTPUT_ROW;
+  if (t.entry && (*position = (int32_t)c128__window_position(p, plan.seq_len)) < 0) return C128__BAD_POSITION;
+  w->state_row0 = read_page * C128_WINDOW;
   w->input_row0 = (int64_t)plan.ragged_id - C128__LAST_ROW;
   w->buffer_len = plan.buffer_len;
-  w->out_row = k;
   w->split = split;
   return C128__RUN;
 }
 
-/* Write plan -> (input row, physical state row), or why it does not run. A slot another rank
-   owns runs as a no-op: dst_row = -1. */
+/* Write plan -> (input row, physical state row), or why it does not run. A slot another rank owns
+   runs as a no-op: dst_row = -1. */
 C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int guess, int64_t *src_row, int64_t *dst_row) {
   c128_write_plan plan;
   c128__read_plan((const c128_write_plan *)p->plans + index, &plan, sizeof plan, guess);
@@ -1032,6 +1257,25 @@ C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int guess
   *src_row = plan.ragged_id;
   *dst_row = c128__owned(p, page) ? phys * C128_WINDOW + plan.write_loc % C128_WINDOW : -1;
   return C128__RUN;
+}
+
+/* The same in kernels of any layout, whose plans name logical rows (c128__rows_of); and the one
+   the kernels call, by their trait. The two stay apart: passing the plain one's row through a
+   c128__dest changed the write kernel's machine code. */
+C128__FN int c128__write_prepare_rows(const c128__params *p, int64_t index, int guess, int64_t *src_row,
+                                      c128__dest *dst) {
+  c128_write_plan plan;
+  c128__read_plan((const c128_write_plan *)p->plans + index, &plan, sizeof plan, guess);
+  if (plan.ragged_id == C128_INVALID_ID) return C128__PADDING;
+  if (plan.ragged_id >= p->input_rows) return C128__BAD_INPUT_ROW;
+  *src_row = plan.ragged_id;
+  *dst = c128__rows_of(p, plan.write_loc);
+  return dst->kv < 0 || dst->score < 0 ? C128__BAD_WRITE_PAGE : C128__RUN;
+}
+C128__FN int c128__write_target(const c128__params *p, c128__trait t, int64_t index, int guess, int64_t *src_row,
+                                c128__dest *dst) {
+  if (t.layout) return c128__write_prepare_rows(p, index, guess, src_row, dst);
+  return c128__write_prepare(p, index, guess, src_row, &dst->kv);
 }
 
 /* >>compress: one window, one 64-channel split (DESIGN 6.1) -------------------------------- */
@@ -1058,21 +1302,46 @@ typedef struct c128__rows {
   c128__raw2 kv[C128_ROWS_PER_WARP], score[C128_ROWS_PER_WARP];
 } c128__rows;
 
+/* What a block of a layout or cache-entry kernel keeps beside its list (DESIGN 5.9, 11): per
+   listed window, each warp's first state row in each plane (its rows lie in one block: blocks
+   hold a multiple of 8 rows) and the window's position; and the bf16-rounded pooled vectors of
+   the last two folded windows, all splits, which the cluster's blocks push into every block. */
+#define C128__ENTRY_FLOATS (C128_MAX_ENTRY_SPLITS * C128_TILE_DIM)
+typedef struct c128__block_ext {
+  int64_t kv_row[C128__MAX_GROUP][C128_NUM_WARPS], score_row[C128__MAX_GROUP][C128_NUM_WARPS];
+  int32_t position[C128__MAX_GROUP];
+  float y[2][C128__ENTRY_FLOATS];
+} c128__block_ext;
+
+/* A block's cluster in cache-entry kernels: its own ext and the cluster's size; the host runner
+   also gives every block's ext, by split (on the GPU the cluster's shared memory is addressed
+   through mapa). */
+typedef struct c128__cluster {
+  c128__block_ext *ext;
+  c128__block_ext *const *blocks;
+  int size;
+} c128__cluster;
+
 /* Warp w loads window rows 8w .. 8w+7, lane l channels 2l, 2l+1 of the split. Row j < buffer_len
    comes from the state, the others from the input. A warp whose rows all come from one tensor
    (every warp but at most one) addresses them from one base, and every load is issued before
    any is used. */
-C128__FN void c128__load_window(const c128__params *p, c128__trait t, const c128__window *w, int tid, c128__rows *r) {
+C128__FN void c128__load_rows(const c128__params *p, c128__trait t, const c128__window *w, c128__dest from, int tid,
+                              int64_t stride, c128__rows *r) {
   const int warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
   const int first = warp * C128_ROWS_PER_WARP;
   const int64_t row = C128_ROW_ELEMS(t.head_dim), score = C128_SCORE_OFFSET(t.head_dim);
   const int64_t ch = (int64_t)w->split * C128_TILE_DIM + C128_TILE_ELEMS * lane;
-  const int64_t from_state = (w->state_row0 + first) * row + ch, from_input = (w->input_row0 + first) * row + ch;
+  const int64_t from_input = (w->input_row0 + first) * row + ch;
+  /* `from`: the warp's first state row in each plane, whose rows are `stride` elements apart */
+  const int64_t kv_state = c128__plane_elem(p, t, 0, from.kv, ch),
+                score_state = c128__plane_elem(p, t, 1, from.score, ch);
+  const void *kv_plane = c128__plane(p, t, 0), *score_plane = c128__plane(p, t, 1);
   if (first + C128_ROWS_PER_WARP <= w->buffer_len) {
     C128__UNROLL
     for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
-      r->kv[k] = c128__load_raw2(p, p->state, from_state + k * row, t.buf, 1);
-      r->score[k] = c128__load_raw2(p, p->state, from_state + k * row + score, t.buf, 1);
+      r->kv[k] = c128__load_raw2(p, kv_plane, kv_state + k * stride, t.buf, 1);
+      r->score[k] = c128__load_raw2(p, score_plane, score_state + k * stride, t.buf, 1);
     }
   } else if (first >= w->buffer_len) {
     C128__UNROLL
@@ -1084,18 +1353,26 @@ C128__FN void c128__load_window(const c128__params *p, c128__trait t, const c128
     C128__UNROLL
     for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
       const int state_row = first + k < w->buffer_len;
-      const void *base = state_row ? (const void *)p->state : p->input;
-      const int64_t at = state_row ? from_state + k * row : from_input + k * row;
-      r->kv[k] = c128__load_raw2(p, base, at, t.buf, 1);
-      r->score[k] = c128__load_raw2(p, base, at + score, t.buf, 1);
+      if (!t.layout) { /* one plane: the score is `score` elements past the kv in either tensor */
+        const void *base = state_row ? (const void *)p->state : p->input;
+        const int64_t at = state_row ? kv_state + k * row : from_input + k * row;
+        r->kv[k] = c128__load_raw2(p, base, at, t.buf, 1);
+        r->score[k] = c128__load_raw2(p, base, at + score, t.buf, 1);
+      } else if (state_row) {
+        r->kv[k] = c128__load_raw2(p, kv_plane, kv_state + k * stride, t.buf, 1);
+        r->score[k] = c128__load_raw2(p, score_plane, score_state + k * stride, t.buf, 1);
+      } else {
+        r->kv[k] = c128__load_raw2(p, p->input, from_input + k * row, t.in, 1);
+        r->score[k] = c128__load_raw2(p, p->input, from_input + k * row + score, t.in, 1);
+      }
     }
   } else { /* the straddling warp of a mixed instance: rows widened to f32 bits as they arrive */
     C128__UNROLL
     for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
       float2 kv, sc;
       if (first + k < w->buffer_len) {
-        kv = c128__load2(p, p->state, from_state + k * row, t.buf, 1);
-        sc = c128__load2(p, p->state, from_state + k * row + score, t.buf, 1);
+        kv = c128__load2(p, kv_plane, kv_state + k * stride, t.buf, 1);
+        sc = c128__load2(p, score_plane, score_state + k * stride, t.buf, 1);
       } else {
         kv = c128__load2(p, p->input, from_input + k * row, t.in, 1);
         sc = c128__load2(p, p->input, from_input + k * row + score, t.in, 1);
@@ -1104,6 +1381,15 @@ C128__FN void c128__load_window(const c128__params *p, c128__trait t, const c128
       r->score[k] = c128__raw_pack(C128_F32, c128__bits(sc.x), c128__bits(sc.y));
     }
   }
+}
+
+/* The window's rows for this thread. State rows are a row of the plane apart, a compile-time
+   constant in each call below, so that every load is one base and an immediate offset (a run-time
+   stride gave each load a register pair of its own, which spilled). */
+C128__FN void c128__load_window(const c128__params *p, c128__trait t, const c128__window *w, c128__dest from, int tid,
+                                c128__rows *r) {
+  if (t.layout && p->more->split) c128__load_rows(p, t, w, from, tid, t.head_dim, r);
+  else c128__load_rows(p, t, w, from, tid, C128_ROW_ELEMS(t.head_dim), r);
 }
 
 /* The raw rows widened to f32 by the dtype of the tensor they came from: one per warp (the
@@ -1129,8 +1415,11 @@ C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__w
   float2 m = make_float2(-INFINITY, -INFINITY);
   C128__UNROLL
   for (int k = 0; k < C128_ROWS_PER_WARP; ++k) {
-    const float2 ape = c128__load2(p, p->ape, (int64_t)(first + k) * t.head_dim + ch, C128_F32, 0);
-    s[k] = make_float2(c128__add(s[k].x, ape.x), c128__add(s[k].y, ape.y));
+    /* a biased state's rows hold score + ape already (DESIGN 5.9) */
+    if (!(t.layout && p->more->biased && first + k < w->buffer_len)) {
+      const float2 ape = c128__load2(p, p->ape, (int64_t)(first + k) * t.head_dim + ch, C128_F32, 0);
+      s[k] = make_float2(c128__add(s[k].x, ape.x), c128__add(s[k].y, ape.y));
+    }
     m.x = fmaxf(m.x, s[k].x);
     m.y = fmaxf(m.y, s[k].y);
   }
@@ -1156,13 +1445,41 @@ C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__w
 #define C128__PARTIAL(sm, field, w, c) ((&(sm)->field[0][0].x)[(w) * C128__SMEM_FLOATS_PER_WARP + (c)])
 // clang-format on
 
-C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c128__window *w, int c, float v) {
+/* Cache-entry kernels: value v (rounded to bf16, the reference's first step) of element i of
+   pooled-vector buffer `buf` into every block of the cluster. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+C128__DEVICE void c128__push(const c128__cluster *cl, int buf, int i, float v) {
+  const uint32_t local = (uint32_t)__cvta_generic_to_shared(&cl->ext->y[buf][i]);
+  for (int rank = 0; rank < cl->size; ++rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+  }
+}
+#elif defined(__CUDA_ARCH__) /* no clusters before sm_90: the launch refuses cache entries there */
+C128__DEVICE void c128__push(const c128__cluster *cl, int buf, int i, float v) {
+  (void)cl, (void)buf, (void)i, (void)v;
+}
+#else
+static void c128__push(const c128__cluster *cl, int buf, int i, float v) {
+  for (int rank = 0; rank < cl->size; ++rank) cl->blocks[rank]->y[buf][i] = v;
+}
+#endif
+
+/* A folded value: into the output row, or (cache-entry kernels) pooled-vector buffer `buf` of
+   the cluster. */
+C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c128__window *w, int c, float v,
+                                 const c128__cluster *cl, int buf) {
+  if (t.entry) {
+    c128__push(cl, buf, w->split * C128_TILE_DIM + c, c128__widen_bf16(c128__narrow_bf16(v)));
+    return;
+  }
   c128__store1(p, p->output, w->out_row * t.head_dim + (int64_t)w->split * C128_TILE_DIM + c, t.out, v);
 }
 
 /* Two-warp epilogue: thread t < 64 folds the 16 partials of channel t in registers. */
 C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                                  const c128__smem *sm) {
+                                  const c128__smem *sm, const c128__cluster *cl, int buf) {
   if (tid >= C128_TILE_DIM) return;
   float m[C128_NUM_WARPS];
   float big = -INFINITY;
@@ -1179,7 +1496,7 @@ C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c1
     denom = fmaf(C128__PARTIAL(sm, sum, i, tid), r, denom);
     numer = fmaf(C128__PARTIAL(sm, acc, i, tid), r, numer);
   }
-  c128__store_output(p, t, w, tid, c128__div(numer, denom));
+  c128__store_output(p, t, w, tid, c128__div(numer, denom), cl, buf);
 }
 
 /* xor-butterfly over the 16 lanes of a half-warp. The device trades registers; the host runner,
@@ -1210,7 +1527,7 @@ C128__FN float c128__butterfly16(float own, const float *lanes, int is_max, int 
 /* Legacy epilogue: all 512 threads in 2 passes; each half-warp owns one channel, its 16 lanes
    hold the 16 warps' partials; every lane stores the result. */
 C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                                                   const c128__smem *sm) {
+                                                   const c128__smem *sm, const c128__cluster *cl, int buf) {
   const int src = tid % C128__HALF_WARP, half = tid / C128__HALF_WARP;
   const int halves = C128_BLOCK_THREADS / C128__HALF_WARP;
   float lanes_m[C128__HALF_WARP], lanes_s[C128__HALF_WARP], lanes_p[C128__HALF_WARP]; /* host replay only */
@@ -1235,18 +1552,19 @@ C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__
 #endif
     const float out =
         c128__butterfly16(c128__mul(C128__PARTIAL(sm, acc, src, c), c128__div(r, denom)), lanes_p, 0, src);
-    c128__store_output(p, t, w, c, out);
+    c128__store_output(p, t, w, c, out, cl, buf);
   }
   (void)lanes_m;
   (void)lanes_s;
   (void)lanes_p;
 }
 
-C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__window *w, int tid, const c128__smem *sm) {
+C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__window *w, int tid, const c128__smem *sm,
+                         const c128__cluster *cl, int buf) {
 #if C128_EPILOGUE == C128_EPILOGUE_LEGACY
-  c128__fold_legacy(p, t, w, tid, sm);
+  c128__fold_legacy(p, t, w, tid, sm, cl, buf);
 #else
-  c128__fold_two_warp(p, t, w, tid, sm);
+  c128__fold_two_warp(p, t, w, tid, sm, cl, buf);
 #endif
 }
 
@@ -1280,43 +1598,65 @@ C128__FN c128__jobs c128__block_jobs(const c128__params *p, c128__trait t, int64
 }
 
 /* Job k's window, if it compresses in this launch (decode: the request runs and completes a
-   window; prefill: the plan runs), and in decode the state row it persists its new token into
-   (-1: none). */
-C128__FN int c128__job_window(const c128__params *p, int kind, const c128__jobs *j, int k, int guess, c128__window *w,
-                              int64_t *write_row) {
-  *write_row = -1;
+   window; prefill: the plan runs), its position (cache-entry kernels), and in decode the state
+   row it persists its new token into (kv -1: none). */
+C128__FN int c128__job_window(const c128__params *p, c128__trait t, int kind, const c128__jobs *j, int k, int guess,
+                              c128__window *w, c128__dest *write_row, int32_t *position) {
+  write_row->kv = -1;
   if (j->first + k >= j->end) return 0;
-  if (kind == C128_PLAN_COMPRESS) return c128__compress_prepare(p, j->first + k, j->split, guess, w) == C128__RUN;
+  if (kind == C128_PLAN_COMPRESS)
+    return c128__compress_prepare(p, t, j->first + k, j->split, guess, w, position) == C128__RUN;
   c128__decode_job job;
-  const int status = c128__decode_prepare(p, j->first + k, j->split, guess, &job);
+  const int status = c128__decode_prepare(p, t, j->first + k, j->split, guess, &job);
   if (status == C128__RUN && job.write) *write_row = job.write_row;
   *w = job.win;
+  if (t.entry) *position = job.position;
   return status == C128__RUN && job.boundary;
+}
+
+/* Kernels of any layout: warp `warp`'s first state row of listed window n in each plane, found
+   once in step 0 (a table look-up) for every step that loads the window; 0 for a warp whose rows
+   all come from the input (never read). The window's plan was checked, so the rows exist unless
+   a table changed under the launch; row 0 then keeps every load inside the state. */
+C128__FN void c128__resolve_rows(const c128__params *p, const c128__window *w, int warp, c128__block_ext *ext, int n) {
+  const int first = warp * C128_ROWS_PER_WARP;
+  c128__dest d = {0, 0, 0};
+  if (first < w->buffer_len) d = c128__rows_of(p, w->state_row0 + first);
+  ext->kv_row[n][warp] = d.kv < 0 ? 0 : d.kv;
+  ext->score_row[n][warp] = d.score < 0 ? 0 : d.score;
 }
 
 /* Step 0's list. Bit k of the result: job k compresses. Lane k of every warp looks at job k and a
    ballot gathers the answers, so every warp knows the count without waiting for another; warp 0
-   also lists the windows in shared memory (read after the barrier). listed[k] is job k's
-   persisted row (decode; -1: none): on the GPU each lane holds its own job's (listed[0]), which
-   the warp's writes take from that lane by shuffle; the host runner fills all 32 and the writes
-   index them the same way. The host runner calls it once per block: one pass stands for every
-   warp's identical ballot. */
-C128__FN uint32_t c128__list_windows(const c128__params *p, int kind, const c128__jobs *j, int tid,
-                                     c128__block_shared *sh, int64_t *listed) {
+   also lists the windows in shared memory (read after the barrier), with their positions in
+   cache-entry kernels, and in kernels of any layout each warp resolves its own rows of every
+   window. listed[k] is job k's persisted row (decode; kv -1: none): on the GPU each lane holds
+   its own job's (listed[0]), which the warp's writes take from that lane by shuffle; the host
+   runner fills all 32 and the writes index them the same way. The host runner calls it once per
+   block: one pass stands for every warp's identical ballot. */
+C128__FN uint32_t c128__list_windows(const c128__params *p, c128__trait t, int kind, const c128__jobs *j, int tid,
+                                     c128__block_shared *sh, c128__block_ext *ext, c128__dest *listed) {
+  int32_t position = 0;
 #ifdef __CUDA_ARCH__
   const int lane = tid % C128_WARP_THREADS;
   c128__window w;
-  *listed = -1;
-  const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 0, &w, listed);
+  const int runs = lane < p->group && c128__job_window(p, t, kind, j, lane, 0, &w, listed, &position);
   const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
-  if (runs && tid < C128_WARP_THREADS) sh->windows[__popc(mask & ((1u << lane) - 1u))] = w;
+  const int n = __popc(mask & ((1u << lane) - 1u));
+  if (runs && tid < C128_WARP_THREADS) {
+    sh->windows[n] = w;
+    if (t.entry) ext->position[n] = position;
+  }
+  if (runs && t.layout) c128__resolve_rows(p, &w, tid / C128_WARP_THREADS, ext, n);
   return mask;
 #else
   uint32_t mask = 0;
-  for (int k = 0; k < C128__MAX_GROUP; ++k) listed[k] = -1;
+  for (int k = 0; k < C128__MAX_GROUP; ++k) listed[k].kv = -1;
   for (int k = 0, n = 0; k < p->group; ++k) {
-    if (!c128__job_window(p, kind, j, k, 0, &sh->windows[n], &listed[k])) continue;
+    if (!c128__job_window(p, t, kind, j, k, 0, &sh->windows[n], &listed[k], &position)) continue;
     mask |= 1u << k;
+    if (t.entry) ext->position[n] = position;
+    for (int warp = 0; t.layout && warp < C128_NUM_WARPS; ++warp) c128__resolve_rows(p, &sh->windows[n], warp, ext, n);
     ++n;
   }
   (void)tid;
@@ -1331,29 +1671,44 @@ C128__FN int c128__popcount(uint32_t mask) {
 }
 
 /* Steps of a block whose list is `mask`: the list alone, or the list, one step per window and
-   the last fold. */
-C128__FN int c128__block_steps(uint32_t mask) {
+   the last fold (and in cache-entry kernels the last entry). */
+C128__FN int c128__block_steps(c128__trait t, uint32_t mask) {
   const int count = c128__popcount(mask);
-  return count ? count + 2 : 1;
+  return count ? count + (t.entry ? 3 : 2) : 1;
 }
 
-/* Step s >= 1 of a block with `count` windows. */
+C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128__block_shared *sh,
+                                const c128__cluster *cl, int e, int lane);
+#define C128__ENTRY_WARP 2 /* writes each window's entry part: warps 0 and 1 fold */
+
+/* Step s >= 1 of a block with `count` windows: window s - 1's loads and partials, window s - 2's
+   fold, and in cache-entry kernels window s - 3's entry. */
 C128__FN void c128__window_step(const c128__params *p, c128__trait t, int step, int count, int tid,
-                                c128__block_shared *sh) {
-  const int window = step - 1;
+                                c128__block_shared *sh, const c128__cluster *cl) {
+  const int window = step - 1, warp = tid / C128_WARP_THREADS;
   /* Homogeneous instances send the window's loads out before the fold. Mixed ones fold first:
      measured faster for bf16-state decode (B = 128: 12.6 against 13.3 us), and their exact build
-     would spill. */
-  const int loads_first = t.buf == t.in;
+     would spill, as did the kernels of any layout and with cache entries (more addresses to
+     form; a fold that also pushes into the cluster). */
+  const int entry_warp = t.entry && warp == C128__ENTRY_WARP;
+  const int loads_first = t.buf == t.in && !t.entry && !t.layout;
   c128__rows rows;
   c128__window cur = {0, 0, 0, 0, 0}; /* in registers: reading it from shared at each use costs a spill */
+  c128__dest from;                    /* the warp's first state row in each plane */
   if (window < count) cur = sh->windows[window];
-  if (window < count && loads_first) c128__load_window(p, t, &cur, tid, &rows);
-  if (window >= 1) {
-    const c128__window prev = sh->windows[window - 1];
-    c128__fold(p, t, &prev, tid, &sh->fold[(window - 1) % 2]);
+  if (t.layout && window < count) {
+    from.kv = cl->ext->kv_row[window][warp], from.score = cl->ext->score_row[window][warp];
+  } else {
+    from.kv = from.score = cur.state_row0 + warp * C128_ROWS_PER_WARP;
   }
-  if (window < count && !loads_first) c128__load_window(p, t, &cur, tid, &rows);
+  if (entry_warp && window >= 2 && window - 2 < count)
+    c128__write_entry(p, t, sh, cl, window - 2, tid % C128_WARP_THREADS);
+  if (window < count && loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
+  if (window >= 1 && (!t.entry || window - 1 < count)) {
+    const c128__window prev = sh->windows[window - 1];
+    c128__fold(p, t, &prev, tid, &sh->fold[(window - 1) % 2], cl, (window - 1) % 2);
+  }
+  if (window < count && !loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
   if (window < count) c128__partials(p, t, &cur, tid, &rows, &sh->fold[window % 2]);
 }
 
@@ -1388,23 +1743,43 @@ C128__FN void c128__decode_fetch(const c128__params *p, c128__trait t, const c12
   }
 }
 
+/* Element e (even) of an input row, as the pair v, into state row `to`: elements below head_dim
+   are kv, the others score (a biased state's scores get ape's pair of the row's window row). */
+C128__FN void c128__write_pair(const c128__params *p, c128__trait t, c128__dest to, int64_t e, c128__raw2 v) {
+  if (!t.layout) {
+    c128__put2(p, t, v, p->state, to.kv * C128_ROW_ELEMS(t.head_dim) + e);
+    return;
+  }
+  const int half = e >= t.head_dim;
+  const int64_t ch = e - half * t.head_dim, at = c128__plane_elem(p, t, half, half ? to.score : to.kv, ch);
+  if (half && p->more->biased)
+    c128__put2_biased(p, t, v, p->more->score, at,
+                      c128__load2(p, p->ape, (int64_t)to.slot * t.head_dim + ch, C128_F32, 0));
+  else c128__put2(p, t, v, c128__plane(p, t, half), at);
+}
+
 /* Each request's persisted row comes from the list's check of its plan (`listed`, from
    c128__list_windows), not from a second check: on the GPU from the lane that checked it. */
 C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c128__jobs *j, int tid,
-                                  const c128__decode_rows *rows, const int64_t *listed) {
-  const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
+                                  const c128__decode_rows *rows, const c128__dest *listed) {
+  const int64_t ch = c128__decode_channel(j, tid);
   C128__UNROLL
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
     const int32_t b = c128__decode_request(j, tid, i);
     if (b >= j->end) break;
 #ifdef __CUDA_ARCH__
-    const int64_t write_row = __shfl_sync(C128__ALL_LANES, *listed, b - j->first);
+    c128__dest to;
+    to.kv = __shfl_sync(C128__ALL_LANES, listed->kv, b - j->first);
+    if (t.layout) {
+      to.score = __shfl_sync(C128__ALL_LANES, listed->score, b - j->first);
+      to.slot = __shfl_sync(C128__ALL_LANES, listed->slot, b - j->first);
+    }
 #else
-    const int64_t write_row = listed[b - j->first];
+    const c128__dest to = listed[b - j->first];
 #endif
-    if (write_row < 0) continue;
-    c128__put2(p, t, rows->kv[i], write_row * row + ch);
-    c128__put2(p, t, rows->score[i], write_row * row + C128_SCORE_OFFSET(t.head_dim) + ch);
+    if (to.kv < 0) continue;
+    c128__write_pair(p, t, to, ch, rows->kv[i]);
+    c128__write_pair(p, t, to, C128_SCORE_OFFSET(t.head_dim) + ch, rows->score[i]);
   }
 }
 
@@ -1412,23 +1787,192 @@ C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c1
 /* One warp per write plan: the warp copies the whole row, a batch of pairs at a time with every
    load of a batch issued before its stores (a plan's row is 2 * head_dim elements; lane l takes
    the pairs l, l + 32, ...). */
-#define C128__WRITE_BATCH 8 /* pairs in flight per lane */
+#define C128__WRITE_BATCH 8 /* pairs in flight per lane; 4 in kernels of any layout, which spilled with 8 */
 C128__FN void c128__write_row(const c128__params *p, c128__trait t, int64_t index, int lane) {
-  int64_t src_row, dst_row;
-  if (c128__write_prepare(p, index, 0, &src_row, &dst_row) != C128__RUN || dst_row < 0) return;
+  int64_t src_row;
+  c128__dest dst;
+  if (c128__write_target(p, t, index, 0, &src_row, &dst) != C128__RUN || dst.kv < 0) return;
   const int64_t row = C128_ROW_ELEMS(t.head_dim);
   const int pairs = C128_ROW_ELEMS(t.head_dim) / (C128_TILE_ELEMS * C128_WARP_THREADS);
-  for (int k0 = 0; k0 < pairs; k0 += C128__WRITE_BATCH) {
+  const int batch = t.layout ? C128__WRITE_BATCH / 2 : C128__WRITE_BATCH;
+  for (int k0 = 0; k0 < pairs; k0 += batch) {
     c128__raw2 v[C128__WRITE_BATCH];
     C128__UNROLL
     for (int k = 0; k < C128__WRITE_BATCH; ++k)
-      if (k0 + k < pairs)
+      if (k < batch && k0 + k < pairs)
         v[k] = c128__fetch2(p, t, src_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
     C128__UNROLL
     for (int k = 0; k < C128__WRITE_BATCH; ++k)
-      if (k0 + k < pairs)
-        c128__put2(p, t, v[k], dst_row * row + C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane));
+      if (k < batch && k0 + k < pairs)
+        c128__write_pair(p, t, dst, C128_TILE_ELEMS * ((k0 + k) * C128_WARP_THREADS + lane), v[k]);
   }
+}
+
+/* >>entry: the cache-entry epilogue (DESIGN 11) ------------------------------------------------- */
+/* A cluster holds a window's splits (one block each). Every block pushes its split's 64 folded
+   values, rounded to bf16, into every block's buffer; after the cluster barrier that ends the
+   fold's step, warp C128__ENTRY_WARP of each block reads the whole window from its own shared
+   memory, forms the RMSNorm's sum of squares in a fixed order, and writes its split's part of
+   the entry: an FP8 block of 64 channels with its scale byte, or (the last split) the 32 RoPE
+   pairs. Every value of the reference chain is rounded as DESIGN 11 says, with IEEE operations
+   only, so that the host runner's bits are the GPU's. */
+C128__FN float c128__sqrt(float x) {
+#ifdef __CUDA_ARCH__
+  return __fsqrt_rn(x);
+#else
+  return sqrtf(x);
+#endif
+}
+
+/* IEEE maximum in which a NaN on either side wins (|z| holds no -0, so the sign of zeros does not
+   matter). */
+C128__FN float c128__max_either(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return c128__max_nan(a, b);
+#else
+  return a != a ? a : b != b ? b : fmaxf(a, b);
+#endif
+}
+
+/* 2^e as a float, e in [-126, 127]. */
+C128__FN float c128__pow2(int e) { return c128__from_bits((uint32_t)(e + 127) << 23); }
+
+/* The e4m3 (FN) code of x, round to nearest even; |x| >= 448 saturates to 448 (the block's scale
+   keeps |x| <= 448 anyway), NaN gives 0x7F, values below half the smallest subnormal 0. */
+C128__FN uint32_t c128__e4m3(float x) {
+  const uint32_t u = c128__bits(x), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return sign | 0x7Fu;
+  if (a >= 0x43E00000u) return sign | 0x7Eu; /* 448 */
+  const int e = (int)(a >> 23) - 127;
+  if (e >= -6) { /* normal: 3 of the 23 mantissa bits; a carry into the exponent is the next code */
+    const uint32_t m = a & 0x7FFFFFu, q = m >> 20, rest = m & 0xFFFFFu;
+    const uint32_t code = ((uint32_t)(e + 7) << 3) + q + (rest > 0x80000u || (rest == 0x80000u && (q & 1u)));
+    return sign | (code > 0x7Eu ? 0x7Eu : code);
+  }
+  /* subnormal: a / 2^-9 rounded; q = 8 is the smallest normal code */
+  const int shift = 14 - e;
+  if (a < 0x00800000u || shift > 24) return sign;
+  const uint32_t mant = (a & 0x7FFFFFu) | 0x800000u, q = mant >> shift, rest = mant & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1);
+  return sign | (q + (rest > half || (rest == half && (q & 1u))));
+}
+
+/* The value of an e4m3 (FN) code (0x7F and 0xFF are NaN). */
+C128__FN float c128__e4m3_value(uint32_t code) {
+  const uint32_t e = (code >> 3) & 15u, m = code & 7u;
+  if (e == 15u && m == 7u) return c128__from_bits(0x7FC00000u);
+  const float v = e ? c128__mul((float)(8u + m), c128__pow2((int)e - 10)) : c128__mul((float)m, c128__pow2(-9));
+  return code & 0x80u ? -v : v;
+}
+
+/* The UE8M0 exponent of a block whose largest |z| is amax (finite): E = ceil(log2(max(amax,
+   1e-4) / 448)) from the bits of the quotient, which is a normal float. */
+C128__FN int c128__scale_exponent(float amax) {
+  const uint32_t f = c128__bits(c128__div(amax > 1e-4f ? amax : 1e-4f, 448.0f));
+  return (int)(f >> 23) - 127 + ((f & 0x7FFFFFu) != 0u);
+}
+
+/* Reduction over the 32 lanes of a warp by xor butterflies (offsets 16 .. 1): every lane ends with
+   the same bits. The host runner, one lane at a time, replays the same tree over all lanes'
+   values (`lanes`). */
+C128__FN float c128__warp_tree(float own, const float *lanes, int is_max, int lane) {
+#ifdef __CUDA_ARCH__
+  (void)lanes, (void)lane;
+  C128__UNROLL
+  for (int o = C128_WARP_THREADS / 2; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(C128__ALL_LANES, own, o);
+    own = is_max ? c128__max_either(own, other) : c128__add(own, other);
+  }
+  return own;
+#else
+  float v[C128_WARP_THREADS], next[C128_WARP_THREADS];
+  memcpy(v, lanes, sizeof v);
+  for (int o = C128_WARP_THREADS / 2; o > 0; o >>= 1) {
+    for (int l = 0; l < C128_WARP_THREADS; ++l)
+      next[l] = is_max ? c128__max_either(v[l], v[l ^ o]) : c128__add(v[l], v[l ^ o]);
+    memcpy(v, next, sizeof v);
+  }
+  (void)own;
+  return v[lane];
+#endif
+}
+
+/* `bytes` (1, 2 or 4) little-endian bytes of bits at `at` in the cache. */
+C128__FN void c128__store_bytes(const c128__params *p, char *at, uint32_t bits, int bytes) {
+#ifdef __CUDA_ARCH__
+  (void)p;
+  if (bytes == 4) *(uint32_t *)at = bits;
+  else if (bytes == 2) *(uint16_t *)at = (uint16_t)bits;
+  else *(uint8_t *)at = (uint8_t)bits;
+#else
+  if (p->checker) {
+    const uint32_t each[4] = {bits & 0xFFu, (bits >> 8) & 0xFFu, (bits >> 16) & 0xFFu, bits >> 24};
+    c128__track(p->checker, at, bytes, 1, 1, each);
+  }
+  memcpy(at, &bits, (size_t)bytes);
+#endif
+}
+
+/* Lane l's sum of squares of the window's channels l, l + 32, ... (ascending). */
+C128__FN float c128__lane_squares(const float *y, int head_dim, int lane) {
+  float sum = 0.0f;
+  for (int c = lane; c < head_dim; c += C128_WARP_THREADS) sum = c128__add(sum, c128__mul(y[c], y[c]));
+  return sum;
+}
+/* Channel c of the normalised window: z = bf16(gamma_c * (b_c * r)). */
+C128__FN float c128__entry_z(const c128__params *p, const float *y, float r, int c) {
+  return c128__widen_bf16(c128__narrow_bf16(c128__mul(p->more->gamma[c], c128__mul(y[c], r))));
+}
+/* Lane l's largest |z| of channels base + 2l, base + 2l + 1. */
+C128__FN float c128__lane_amax(const c128__params *p, const float *y, float r, int base, int lane) {
+  const int c = base + C128_TILE_ELEMS * lane;
+  return c128__max_either(fabsf(c128__entry_z(p, y, r, c)), fabsf(c128__entry_z(p, y, r, c + 1)));
+}
+
+/* Listed window e's entry: this block's split of it, by lane `lane` of C128__ENTRY_WARP. */
+C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128__block_shared *sh,
+                                const c128__cluster *cl, int e, int lane) {
+  const int D = t.head_dim, splits = C128_NUM_SPLIT(t.head_dim), fp8 = p->more->entry_kind == C128_OUTPUT_DSV4_FP8;
+  const float *y = cl->ext->y[e % 2];
+  float lanes[C128_WARP_THREADS]; /* the host runner's replay of the reductions */
+#ifndef __CUDA_ARCH__
+  for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_squares(y, D, l);
+#endif
+  const float squares = c128__warp_tree(c128__lane_squares(y, D, lane), lanes, 0, lane);
+  const float r = c128__div(1.0f, c128__sqrt(c128__add(c128__div(squares, (float)D), p->more->eps)));
+  const c128__window w = sh->windows[e];
+  const int base = w.split * C128_TILE_DIM, c = base + C128_TILE_ELEMS * lane;
+  const float z0 = c128__entry_z(p, y, r, c), z1 = c128__entry_z(p, y, r, c + 1);
+  const int64_t entries = (int64_t)1 << p->more->entry_shift, slot = w.out_row & (entries - 1);
+  char *page = p->more->cache + (w.out_row >> p->more->entry_shift) * p->more->page_bytes;
+  char *entry = page + slot * (fp8 ? D + C128_ROPE_DIMS : 2 * D), *scales = page + (D + C128_ROPE_DIMS) * entries;
+  if (w.split == splits - 1) { /* RoPE pair `lane` of the last 64 channels at the window's position */
+    const float2 cs =
+        c128__load2(p, p->more->rope, ((int64_t)cl->ext->position[e] * C128_WARP_THREADS + lane) * 2, C128_F32, 0);
+    const uint32_t re = c128__narrow_bf16(c128__sub(c128__mul(z0, cs.x), c128__mul(z1, cs.y)));
+    const uint32_t im = c128__narrow_bf16(c128__add(c128__mul(z0, cs.y), c128__mul(z1, cs.x)));
+    c128__store_bytes(p, entry + (fp8 ? D - C128_ROPE_DIMS + 2 * C128_TILE_ELEMS * lane : 2 * c), re | im << 16, 4);
+    if (fp8 && lane == 0) c128__store_bytes(p, scales + (int64_t)splits * slot + splits - 1, 0u, 1); /* the pad byte */
+    return;
+  }
+  /* FP8 block `split` of 64 channels: q = e4m3(z * 2^-E) with 2^E the UE8M0 scale. A block that
+     holds a NaN (or an infinity) is all NaN: codes 0x7F, scale byte 0xFF. */
+#ifndef __CUDA_ARCH__
+  for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_amax(p, y, r, base, l);
+#endif
+  const float amax = c128__warp_tree(c128__lane_amax(p, y, r, base, lane), lanes, 1, lane);
+  const int finite = amax <= 3.402823466e38f, E = finite ? c128__scale_exponent(amax) : 0;
+  const uint32_t q0 = finite ? c128__e4m3(c128__mul(z0, c128__pow2(-E))) : 0x7Fu;
+  const uint32_t q1 = finite ? c128__e4m3(c128__mul(z1, c128__pow2(-E))) : 0x7Fu;
+  if (fp8) {
+    c128__store_bytes(p, entry + c, q0 | q1 << 8, 2);
+    if (lane == 0)
+      c128__store_bytes(p, scales + (int64_t)splits * slot + w.split, finite ? (uint32_t)(E + 127) : 0xFFu, 1);
+    return;
+  }
+  const uint32_t v0 = c128__narrow_bf16(c128__mul(c128__e4m3_value(q0), c128__pow2(E))); /* exact */
+  const uint32_t v1 = c128__narrow_bf16(c128__mul(c128__e4m3_value(q1), c128__pow2(E)));
+  c128__store_bytes(p, entry + 2 * c, v0 | v1 << 16, 4);
 }
 
 /* >>kernels: the GPU drivers ------------------------------------------------------------------- */
@@ -1489,8 +2033,9 @@ C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind,
   }
   if (warp != (kind == C128_PLAN_DECODE ? C128_NUM_WARPS - 1 : 0)) return;
   c128__window w = {0, 0, 0, 0, 0};
-  int64_t write_row;
-  const int runs = lane < p->group && c128__job_window(p, kind, j, lane, 1, &w, &write_row);
+  c128__dest write_row;
+  int32_t position;
+  const int runs = lane < p->group && c128__job_window(p, t, kind, j, lane, 1, &w, &write_row, &position);
   const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
   if (!mask) return;
   const int src = __ffs(mask) - 1;
@@ -1501,31 +2046,52 @@ C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind,
   for (int i = 0; i < C128_WINDOW * C128__LINES_PER_ROW / C128_WARP_THREADS; ++i) {
     const int at = lane + i * C128_WARP_THREADS, row = at / C128__LINES_PER_ROW, line = at % C128__LINES_PER_ROW;
     const int from_state = row < buffer_len;
+    if (t.layout && from_state) continue; /* its rows need the block table: found after the wait */
     c128__prefetch_split(from_state ? (const void *)p->state : p->input, (from_state ? state_row0 : input_row0) + row,
                          line / 2, line % 2, t, from_state ? t.buf : t.in, j->split);
   }
 }
 
-/* A decode or compress block: prologue, wait, then the steps with a barrier between. */
-C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind) {
-  __shared__ c128__block_shared sh;
+/* The barrier between two steps; in cache-entry kernels from step 2 on, the cluster's: the fold
+   of step s pushes into the other blocks, whose entries of step s + 1 read it (and the first push
+   must not come before every block of the cluster has started). */
+C128__DEVICE void c128__step_barrier(c128__trait t, int step) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (t.entry && step >= 2) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    return;
+  }
+#endif
+  (void)t, (void)step;
+  __syncthreads();
+}
+
+/* A decode or compress block: prologue, wait, then the steps with a barrier between. `ext` (the
+   layout and cache-entry kernels' shared memory beside the list) is NULL in the others. */
+C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind, c128__block_shared *sh,
+                                  c128__block_ext *ext) {
+  const c128__cluster cl = {ext, NULL, C128_NUM_SPLIT(t.head_dim)};
   const int tid = (int)threadIdx.x;
   const c128__jobs j = c128__block_jobs(p, t, blockIdx.x);
   if (kind == C128_PLAN_DECODE) c128__pdl_trigger(); /* decode blocks are short: overlap the next launch */
   if (p->pdl) c128__prologue(p, t, kind, &j, tid);
   c128__pdl_wait();
   c128__decode_rows rows;
-  if (kind == C128_PLAN_DECODE) c128__decode_fetch(p, t, &j, tid, &rows);
-  int64_t listed; /* this lane's job's persisted row */
-  const uint32_t mask = c128__list_windows(p, kind, &j, tid, &sh, &listed);
+  /* Today's layout fetches the new rows before the list, so that their loads overlap the plans';
+     the others after it (its table look-ups beside the rows in flight spilled). */
+  const int fetch_first = !t.layout && !t.entry;
+  if (kind == C128_PLAN_DECODE && fetch_first) c128__decode_fetch(p, t, &j, tid, &rows);
+  c128__dest listed; /* this lane's job's persisted row */
+  const uint32_t mask = c128__list_windows(p, t, kind, &j, tid, sh, ext, &listed);
+  if (kind == C128_PLAN_DECODE && !fetch_first) c128__decode_fetch(p, t, &j, tid, &rows);
   if (!mask && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* nothing to fold: about done */
   if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows, &listed);
-  const int steps = c128__block_steps(mask);
+  const int steps = c128__block_steps(t, mask), count = c128__popcount(mask);
   C128__NO_UNROLL
   for (int s = 1; s < steps; ++s) {
-    if (s == steps - 1 && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* the last loads are out */
-    __syncthreads();
-    c128__window_step(p, t, s, steps - 2, tid, &sh);
+    if (s == count + 1 && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* the last loads are out */
+    c128__step_barrier(t, s);
+    c128__window_step(p, t, s, count, tid, sh, &cl);
   }
 }
 
@@ -1536,8 +2102,9 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
   const int runs = index < p->num_plans;
   c128__pdl_trigger();
   if (runs && p->pdl) { /* prologue: the source row, guessed */
-    int64_t src_row, dst_row;
-    if (c128__write_prepare(p, index, 1, &src_row, &dst_row) == C128__RUN && dst_row >= 0) {
+    int64_t src_row;
+    c128__dest dst;
+    if (c128__write_target(p, t, index, 1, &src_row, &dst) == C128__RUN && dst.kv >= 0) {
       const int lines = (int)(C128_ROW_ELEMS(t.head_dim) * c128__dtype_bytes(t.in) / C128__LINE_BYTES);
       for (int line = lane; line < lines; line += C128_WARP_THREADS)
         c128__prefetch_l2(p->input, src_row * C128_ROW_ELEMS(t.head_dim), t.in, line);
@@ -1547,26 +2114,57 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
   if (runs) c128__write_row(p, t, index, lane);
 }
 
-#define C128__TRAIT(D, state, input, output) \
-  { D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output }
-#define C128__KERNELS(name, D, state, input, output)                                           \
-  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)             \
-      c128__decode_kernel_##name(const c128__params p) {                                       \
-    const c128__trait t = C128__TRAIT(D, state, input, output);                                \
-    c128__run_block(&p, t, C128_PLAN_DECODE);                                                  \
-  }                                                                                            \
-  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)             \
-      c128__compress_kernel_##name(const c128__params p) {                                     \
-    const c128__trait t = C128__TRAIT(D, state, input, output);                                \
-    c128__run_block(&p, t, C128_PLAN_COMPRESS);                                                \
-  }                                                                                            \
+/* An instance's kernels, for each variant of c128__trait: today's layout with pooled rows (no
+   suffix), any layout (_layout), cache entries (_entry), both (_layout_entry); the write kernel
+   has no output, so no entry variants. The variants take their c128__more as a second parameter
+   and have a c128__block_ext beside the block's shared memory. */
+#define C128__TRAIT(D, state, input, output, layout, entry) \
+  { D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output, layout, entry }
+#define C128__BLOCK_KERNEL(kernel, KIND, name, D, state, input, output)            \
+  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM) \
+      c128__##kernel##_kernel_##name(const c128__params p) {                       \
+    __shared__ c128__block_shared sh;                                              \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);              \
+    c128__run_block(&p, t, KIND, &sh, NULL);                                       \
+  }
+#define C128__BLOCK_KERNEL_MORE(kernel, KIND, name, suffix, D, state, input, output, layout, entry) \
+  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)                  \
+      c128__##kernel##_kernel_##name##suffix(const c128__params given, const c128__more more) {     \
+    __shared__ c128__block_shared sh;                                                               \
+    __shared__ c128__block_ext ext;                                                                 \
+    c128__params p = given;                                                                         \
+    p.more = &more;                                                                                 \
+    const c128__trait t = C128__TRAIT(D, state, input, output, layout, entry);                      \
+    c128__run_block(&p, t, KIND, &sh, &ext);                                                        \
+  }
+#define C128__WRITE_KERNEL(name, D, state, input, output)                                      \
   static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM) \
       c128__write_kernel_##name(const c128__params p) {                                        \
-    const c128__trait t = C128__TRAIT(D, state, input, output);                                \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                          \
+    c128__run_write_block(&p, t);                                                              \
+  }                                                                                            \
+  static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM) \
+      c128__write_kernel_##name##_layout(const c128__params given, const c128__more more) {    \
+    c128__params p = given;                                                                    \
+    p.more = &more;                                                                            \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 1, 0);                          \
     c128__run_write_block(&p, t);                                                              \
   }
+#define C128__VARIANTS(kernel, KIND, name, D, state, input, output)                   \
+  C128__BLOCK_KERNEL(kernel, KIND, name, D, state, input, output)                     \
+  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout, D, state, input, output, 1, 0) \
+  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _entry, D, state, input, output, 0, 1)  \
+  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout_entry, D, state, input, output, 1, 1)
+#define C128__KERNELS(name, D, state, input, output)                          \
+  C128__VARIANTS(decode, C128_PLAN_DECODE, name, D, state, input, output)     \
+  C128__VARIANTS(compress, C128_PLAN_COMPRESS, name, D, state, input, output) \
+  C128__WRITE_KERNEL(name, D, state, input, output)
 C128_INSTANCES(C128__KERNELS)
 #undef C128__KERNELS
+#undef C128__VARIANTS
+#undef C128__WRITE_KERNEL
+#undef C128__BLOCK_KERNEL_MORE
+#undef C128__BLOCK_KERNEL
 
 /* >>runner: the CPU runner and its race checker (DESIGN 7) -------------------------------------- */
 /* Last writer and up to two readers of one state/output element within one launch. Block ids
@@ -1578,7 +2176,9 @@ typedef struct c128__shadow {
   int8_t wphase, rphase[2];
 } c128__shadow;
 
-enum { C128__STATE_REGION, C128__OUTPUT_REGION, C128__REGIONS };
+/* Tracked regions: the state (its kv plane), the score plane of a split state, and the output
+   (or the cache of entries, by byte). */
+enum { C128__STATE_REGION, C128__SCORE_REGION, C128__OUTPUT_REGION, C128__REGIONS };
 #define C128__SHADOW_CHUNK 4096 /* elements per piece of shadow, allocated when first touched */
 
 /* The shadow's pieces live in an open-addressing table keyed by (region, piece): its size follows
@@ -1591,7 +2191,8 @@ typedef struct c128__piece {
 struct c128__checker {
   const char *base[C128__REGIONS];
   size_t bytes[C128__REGIONS];
-  int dtype[C128__REGIONS];
+  int dtype[C128__REGIONS]; /* an element's dtype, or -1 for the bytes of cache entries */
+  int elem_bytes[C128__REGIONS];
   c128__piece *table;
   size_t capacity, used; /* capacity: 0 or a power of two */
   size_t allocated, limit;
@@ -1649,8 +2250,10 @@ static void c128__checker_free(c128__checker *c) {
 static void c128__race(c128__checker *c, const char *what, int region, size_t elem, int32_t block, int tid) {
   if (c->raced++ || !c->message || !c->message_size) return;
   snprintf(c->message, c->message_size, "%s on %s element %zu: block %d thread %d phase %d vs block %d thread %d", what,
-           region == C128__STATE_REGION ? "state" : "output", elem, (int)c->block, (int)c->tid, (int)c->phase,
-           (int)block - 1, tid);
+           region == C128__OUTPUT_REGION  ? "output"
+           : region == C128__SCORE_REGION ? "score plane"
+                                          : "state",
+           elem, (int)c->block, (int)c->tid, (int)c->phase, (int)block - 1, tid);
 }
 
 /* One access of `count` elements of `elem_size` bytes at addr; bits[i] are the elements' storage
@@ -1665,7 +2268,7 @@ static C128__MAYBE_UNUSED void c128__track(c128__checker *c, const void *addr, i
     for (int i = 0; i < count; ++i) {
       const size_t offset = (size_t)(a - c->base[region]) + (size_t)i * (size_t)elem_size;
       if (offset >= c->bytes[region]) return;
-      const size_t elem = offset / (size_t)c128__dtype_bytes(dtype);
+      const size_t elem = offset / (size_t)c->elem_bytes[region];
       c128__shadow *s = c128__shadow_of(c, region, elem);
       if (!s) return;
       const int same_phase_other = s->wphase == c->phase && s->wtid != c->tid;
@@ -1699,49 +2302,87 @@ static C128__MAYBE_UNUSED void c128__track(c128__checker *c, const void *addr, i
   }
 }
 
+/* Bytes of the state's kv plane (the whole state when it is one plane). */
+static size_t c128__state_bytes(const c128__params *p, c128__trait t) {
+  return (size_t)(p->state_pages << p->more->block_shift) * (size_t)c128__plane_row_elems(p, t) *
+         c128__dtype_bytes(t.buf);
+}
+
 /* Runs one launch on the CPU: for each block, each step of the block program for every thread,
-   in thread order (DESIGN 7). */
+   in thread order (DESIGN 7). A cache-entry launch runs a cluster at a time: step s of each of
+   its blocks, then step s + 1, as the cluster barrier between steps orders them on the GPU. */
 static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64_t blocks, const c128_host_options *o) {
   c128__checker checker;
   memset(&checker, 0, sizeof checker);
   if (o && o->check_races) {
+    const size_t state = c128__state_bytes(&p, t);
     checker.base[C128__STATE_REGION] = (const char *)p.state;
-    checker.bytes[C128__STATE_REGION] = (size_t)p.state_pages * C128_PAGE_ELEMS(t.head_dim) * c128__dtype_bytes(t.buf);
-    checker.dtype[C128__STATE_REGION] = t.buf;
-    checker.base[C128__OUTPUT_REGION] = (const char *)p.output;
-    checker.bytes[C128__OUTPUT_REGION] = (size_t)p.output_rows * t.head_dim * c128__dtype_bytes(t.out);
-    checker.dtype[C128__OUTPUT_REGION] = t.out;
+    checker.bytes[C128__STATE_REGION] = state;
+    checker.base[C128__SCORE_REGION] = t.layout && p.more->split ? (const char *)p.more->score : NULL;
+    checker.bytes[C128__SCORE_REGION] = state;
+    checker.dtype[C128__STATE_REGION] = checker.dtype[C128__SCORE_REGION] = t.buf;
+    checker.elem_bytes[C128__STATE_REGION] = checker.elem_bytes[C128__SCORE_REGION] = c128__dtype_bytes(t.buf);
+    checker.base[C128__OUTPUT_REGION] = t.entry ? (const char *)p.more->cache : (const char *)p.output;
+    checker.bytes[C128__OUTPUT_REGION] =
+        t.entry ? (size_t)(p.more->cache_entries >> p.more->entry_shift) * (size_t)p.more->page_bytes
+                : (size_t)p.output_rows * t.head_dim * c128__dtype_bytes(t.out);
+    checker.dtype[C128__OUTPUT_REGION] = t.entry ? -1 : t.out;
+    checker.elem_bytes[C128__OUTPUT_REGION] = t.entry ? 1 : c128__dtype_bytes(t.out);
     checker.limit = o->checker_limit_bytes;
     checker.message = o->message;
     checker.message_size = o->message_size;
     p.checker = &checker;
   }
   const int threads = kind == C128_PLAN_WRITE ? C128_WRITE_BLOCK_THREADS : C128_BLOCK_THREADS;
-  c128__block_shared sh; /* the block's shared memory */
-  for (int64_t i = 0; i < blocks && !checker.out_of_memory; ++i) {
-    const int64_t block = o && o->reverse_blocks ? blocks - 1 - i : i;
-    checker.block = (int32_t)block;
-    checker.phase = 0;
+  const int cluster = t.entry && kind != C128_PLAN_WRITE ? C128_NUM_SPLIT(t.head_dim) : 1;
+  const int reverse = o && o->reverse_blocks;
+  /* the cluster's shared memory; blocks of one cluster by split */
+  c128__block_shared *sh = (c128__block_shared *)malloc((size_t)cluster * sizeof *sh);
+  c128__block_ext *ext = (c128__block_ext *)malloc((size_t)cluster * sizeof *ext);
+  c128__block_ext *by_split[C128_MAX_ENTRY_SPLITS];
+  c128__dest listed[C128_MAX_ENTRY_SPLITS][C128__MAX_GROUP];
+  c128__cluster cl[C128_MAX_ENTRY_SPLITS];
+  if (!sh || !ext) checker.out_of_memory = 1;
+  for (int b = 0; b < cluster && !checker.out_of_memory; ++b) {
+    by_split[b] = &ext[b];
+    cl[b].ext = &ext[b], cl[b].blocks = by_split, cl[b].size = cluster;
+  }
+  for (int64_t i = 0; i < blocks / cluster && !checker.out_of_memory; ++i) {
+    const int64_t first = (reverse ? blocks / cluster - 1 - i : i) * cluster;
     if (kind == C128_PLAN_WRITE) {
+      checker.block = (int32_t)first;
+      checker.phase = 0;
       for (checker.tid = 0; checker.tid < threads; ++checker.tid) {
-        const int64_t index = block * C128_WRITE_WARPS + checker.tid / C128_WARP_THREADS;
+        const int64_t index = first * C128_WRITE_WARPS + checker.tid / C128_WARP_THREADS;
         if (index < p.num_plans) c128__write_row(&p, t, index, checker.tid % C128_WARP_THREADS);
       }
       continue;
     }
-    memset(&sh, 0xFF, sizeof sh); /* NaN: a fold that reads an unwritten partial shows it */
-    const c128__jobs j = c128__block_jobs(&p, t, block);
-    int64_t listed[C128__MAX_GROUP];
-    const int steps = c128__block_steps(c128__list_windows(&p, kind, &j, 0, &sh, listed));
-    for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
-      c128__decode_rows rows;
-      c128__decode_fetch(&p, t, &j, checker.tid, &rows);
-      c128__decode_writes(&p, t, &j, checker.tid, &rows, listed);
+    int steps = 1, count = 0;
+    for (int k = 0; k < cluster; ++k) { /* step 0 of each block */
+      const int b = reverse ? cluster - 1 - k : k;
+      checker.block = (int32_t)(first + b);
+      checker.phase = 0;
+      memset(&sh[b], 0xFF, sizeof sh[b]); /* NaN: a fold that reads an unwritten partial shows it */
+      memset(&ext[b], 0xFF, sizeof ext[b]);
+      const c128__jobs j = c128__block_jobs(&p, t, first + b);
+      const uint32_t mask = c128__list_windows(&p, t, kind, &j, 0, &sh[b], &ext[b], listed[b]);
+      steps = c128__block_steps(t, mask), count = c128__popcount(mask); /* the same in every block of a cluster */
+      for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
+        c128__decode_rows rows;
+        c128__decode_fetch(&p, t, &j, checker.tid, &rows);
+        c128__decode_writes(&p, t, &j, checker.tid, &rows, listed[b]);
+      }
     }
     for (checker.phase = 1; checker.phase < steps; ++checker.phase)
-      for (checker.tid = 0; checker.tid < threads; ++checker.tid)
-        c128__window_step(&p, t, checker.phase, steps - 2, checker.tid, &sh);
+      for (int k = 0; k < cluster; ++k) {
+        const int b = reverse ? cluster - 1 - k : k;
+        checker.block = (int32_t)(first + b);
+        for (checker.tid = 0; checker.tid < threads; ++checker.tid)
+          c128__window_step(&p, t, checker.phase, count, checker.tid, &sh[b], &cl[b]);
+      }
   }
+  free(sh), free(ext);
   c128__checker_free(&checker);
   if (checker.out_of_memory) return C128_ERROR_OUT_OF_MEMORY;
   return checker.raced ? C128_ERROR_RACE_DETECTED : C128_SUCCESS;
@@ -1776,54 +2417,144 @@ typedef struct c128__extent {
   uint64_t bytes;
 } c128__extent;
 
-static c128_status c128__check_tensors(c128__trait t, void *state, int64_t state_pages, const void *input,
-                                       int64_t input_rows, const float *ape, void *output, int64_t output_rows,
-                                       const c128__extent *plans, int num_plans) {
-  const int need_output = output_rows > 0;
-  if (!state || !input || (need_output && (!ape || !output))) return C128_ERROR_NULL_POINTER;
+/* A launch's state layout and output, checked once for the launch and the checker alike. */
+typedef struct c128__shape_of {
+  int layout;      /* a state layout other than the default */
+  int block_shift; /* log2 of the block rows */
+  int entry_shift; /* log2 of the entries per page (cache entries) */
+} c128__shape_of;
+
+C128__FN int c128__log2_exact(int64_t v) { /* log2 of a power of two, else -1 */
+  int k = 0;
+  while (k < 62 && ((int64_t)1 << k) < v) ++k;
+  return v > 0 && ((int64_t)1 << k) == v ? k : -1;
+}
+
+static c128_status c128__check_state_layout(const c128_state_layout *l, c128_shared_layout shared, int64_t state_pages,
+                                            c128__trait t, c128__shape_of *shape) {
+  const int32_t rows = l->block_rows ? l->block_rows : C128_WINDOW;
+  shape->block_shift = c128__log2_exact(rows);
+  if (shape->block_shift < 3 || shape->block_shift > 8) return C128_ERROR_INVALID_STATE_LAYOUT;
+  shape->layout = rows != C128_WINDOW || l->score_biased || l->score_plane || l->block_table || l->score_block_table;
+  if (!shape->layout) return C128_SUCCESS;
+  if (shared.size > 1 || (l->score_block_table && (!l->block_table || !l->score_plane)))
+    return C128_ERROR_INVALID_STATE_LAYOUT; /* sharding is today's layout's; a score table needs its plane */
+  if (state_pages > INT64_MAX / ((int64_t)rows * C128_ROW_ELEMS(t.head_dim) * 4)) return C128_ERROR_STATE_TOO_LARGE;
+  if (!l->block_table) return C128_SUCCESS;
+  if (l->table_rows < 0 || l->table_stride < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (l->row_shift < C128__LOG2_WINDOW || l->row_shift > 30 || l->table_rows > ((int64_t)1 << (31 - l->row_shift)) ||
+      (l->table_rows > 0 && l->table_stride > INT64_MAX / 4 / l->table_rows))
+    return C128_ERROR_INVALID_STATE_LAYOUT; /* logical rows are int32; the tables' bytes fit int64 */
+  if (c128__misaligned(l->block_table, sizeof(int32_t)) || c128__misaligned(l->score_block_table, sizeof(int32_t)))
+    return C128_ERROR_MISALIGNED;
+  return C128_SUCCESS;
+}
+
+/* Bytes of one cache entry (with its scale bytes) in a page of the kind's layout. */
+C128__FN int64_t c128__entry_bytes(c128__trait t, int kind) {
+  return kind == C128_OUTPUT_DSV4_FP8 ? t.head_dim + C128_ROPE_DIMS + C128_NUM_SPLIT(t.head_dim) : 2 * t.head_dim;
+}
+
+static c128_status c128__check_entry(const c128_entry_args *e, c128__trait t, c128__shape_of *shape) {
+  shape->entry_shift = 0;
+  if (e->kind == C128_OUTPUT_POOLED) return C128_SUCCESS;
+  if (e->kind != C128_OUTPUT_DSV4_FP8 && e->kind != C128_OUTPUT_DSV4_BF16) return C128_ERROR_INVALID_ENTRY;
+  if (C128_NUM_SPLIT(t.head_dim) > C128_MAX_ENTRY_SPLITS) return C128_ERROR_INVALID_ENTRY; /* a cluster's splits */
+  if (e->cache_pages < 0 || e->rope_positions < 0 || e->page_bytes < 0 || e->entries_per_page < 0)
+    return C128_ERROR_NEGATIVE_SIZE;
+  shape->entry_shift = c128__log2_exact(e->entries_per_page);
+  if (shape->entry_shift < 0 || shape->entry_shift > 30 || e->page_bytes % 4 != 0 ||
+      e->page_bytes < c128__entry_bytes(t, e->kind) * e->entries_per_page ||
+      (e->cache_pages > 0 && e->page_bytes > INT64_MAX / e->cache_pages) ||
+      e->cache_pages > (INT64_MAX >> shape->entry_shift) ||
+      e->rope_positions > INT64_MAX / (C128_ROPE_DIMS * (int64_t)sizeof(float)) || !(e->norm_eps >= 0.0f) ||
+      !(e->norm_eps <= 3.402823466e38f))
+    return C128_ERROR_INVALID_ENTRY;
+  return C128_SUCCESS;
+}
+
+/* Pointers and extents of a launch. Every tensor a kernel writes (state, score plane, output or
+   cache) overlaps nothing else of the call; read-only ones (input, ape, plans, tables, index,
+   gamma, RoPE table) may overlap each other. */
+static c128_status c128__check_tensors(c128__trait t, const c128__shape_of *shape, void *state, int64_t state_pages,
+                                       const c128_state_layout *lay, const void *input, int64_t input_rows,
+                                       const float *ape, void *output, int64_t output_rows, const int64_t *index,
+                                       int64_t index_rows, const c128_entry_args *e, const c128__extent *plans,
+                                       int num_plans) {
+  const int entry = e->kind != C128_OUTPUT_POOLED;
+  const int need_output = entry ? e->cache_pages > 0 : output_rows > 0; /* else no window can be written */
+  if (!state || !input || (need_output && (!ape || (entry ? !e->cache || !e->norm_weight || !e->rope_table : !output))))
+    return C128_ERROR_NULL_POINTER;
   /* Vector accesses: a pair of elements is one access; outputs are stored singly. */
   if (c128__misaligned(state, 2 * (size_t)c128__dtype_bytes(t.buf)) ||
+      c128__misaligned(lay->score_plane, 2 * (size_t)c128__dtype_bytes(t.buf)) ||
       c128__misaligned(input, 2 * (size_t)c128__dtype_bytes(t.in)) ||
-      (need_output &&
-       (c128__misaligned(ape, 2 * sizeof(float)) || c128__misaligned(output, (size_t)c128__dtype_bytes(t.out)))))
+      (need_output && c128__misaligned(ape, 2 * sizeof(float))) ||
+      (need_output && !entry && c128__misaligned(output, (size_t)c128__dtype_bytes(t.out))) ||
+      (need_output && entry &&
+       (c128__misaligned(e->cache, 4) || c128__misaligned(e->norm_weight, 4) || c128__misaligned(e->rope_table, 8))))
     return C128_ERROR_MISALIGNED;
-  const c128__extent written[2] = {
-      {state, (uint64_t)state_pages * C128_PAGE_ELEMS(t.head_dim) * c128__dtype_bytes(t.buf)},
-      {need_output ? output : NULL, (uint64_t)output_rows * t.head_dim * c128__dtype_bytes(t.out)}};
-  const c128__extent read[3] = {{input, (uint64_t)input_rows * C128_ROW_ELEMS(t.head_dim) * c128__dtype_bytes(t.in)},
+  const int split = shape->layout && lay->score_plane;
+  const uint64_t plane = (uint64_t)state_pages << shape->block_shift;
+  const uint64_t plane_row = split ? (uint64_t)t.head_dim : (uint64_t)C128_ROW_ELEMS(t.head_dim);
+  const uint64_t table = lay->block_table ? (uint64_t)lay->table_rows * (uint64_t)lay->table_stride * 4 : 0;
+  const c128__extent written[3] = {{state, plane * plane_row * c128__dtype_bytes(t.buf)},
+                                   {split ? lay->score_plane : NULL, plane * plane_row * c128__dtype_bytes(t.buf)},
+                                   {!need_output ? NULL
+                                    : entry      ? e->cache
+                                                 : output,
+                                    entry ? (uint64_t)e->cache_pages * (uint64_t)e->page_bytes
+                                          : (uint64_t)output_rows * t.head_dim * c128__dtype_bytes(t.out)}};
+  const c128__extent read[8] = {{input, (uint64_t)input_rows * C128_ROW_ELEMS(t.head_dim) * c128__dtype_bytes(t.in)},
                                 {need_output ? ape : NULL, (uint64_t)C128_WINDOW * t.head_dim * sizeof(float)},
-                                {written[1].ptr, written[1].bytes}};
-  for (int w = 0; w < 2; ++w) {
-    for (int r = 0; r < 2 + !w; ++r) /* state against input, ape and output; output against input, ape */
-      if (c128__overlap(written[w].ptr, written[w].bytes, read[r].ptr, read[r].bytes)) return C128_ERROR_ALIASED;
+                                {written[2].ptr, written[2].bytes},
+                                {shape->layout ? lay->block_table : NULL, table},
+                                {shape->layout ? lay->score_block_table : NULL, table},
+                                {index, (uint64_t)index_rows * sizeof(int64_t)},
+                                {entry ? e->norm_weight : NULL, (uint64_t)t.head_dim * sizeof(float)},
+                                {entry ? e->rope_table : NULL, (uint64_t)e->rope_positions * C128_ROPE_DIMS * 4}};
+  for (int w = 0; w < 3; ++w) {
+    for (int r = 0; r < 8; ++r) /* the output (read[2]) against the state planes only, not itself */
+      if ((r != 2 || w < 2) && c128__overlap(written[w].ptr, written[w].bytes, read[r].ptr, read[r].bytes))
+        return C128_ERROR_ALIASED;
     for (int k = 0; k < num_plans; ++k)
       if (c128__overlap(written[w].ptr, written[w].bytes, plans[k].ptr, plans[k].bytes)) return C128_ERROR_ALIASED;
   }
+  if (c128__overlap(written[0].ptr, written[0].bytes, written[1].ptr, written[1].bytes)) return C128_ERROR_ALIASED;
   return C128_SUCCESS;
 }
 
 /* The decode arguments, as the launch and the checker see them (`tensors`: the launch, which
-   also checks the tensor pointers; the checker reads only the plans). */
-static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait t, int tensors) {
+   also checks the tensor pointers; the checker reads only the plans, tables and index). */
+static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait t, int tensors, c128__shape_of *shape) {
   c128_status st =
       c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t, a->state_pages, a->layout);
+  if (st == C128_SUCCESS) st = c128__check_state_layout(&a->state_layout, a->layout, a->state_pages, t, shape);
+  if (st == C128_SUCCESS) st = c128__check_entry(&a->entry, t, shape);
   if (st != C128_SUCCESS) return st;
   if (a->batch < 0 || a->output_rows < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (a->batch > INT32_MAX / C128_NUM_SPLIT(t.head_dim)) return C128_ERROR_TOO_MANY_PLANS;
   if (a->requests_per_block < 0 || a->requests_per_block > C128_MAX_DECODE_GROUP) return C128_ERROR_INVALID_GROUP;
   if (a->batch == 0) return C128_SUCCESS;
-  if (a->output_rows < a->batch) return C128_ERROR_OUTPUT_TOO_SMALL;
+  const int compact = a->entry.kind == C128_OUTPUT_POOLED && !a->output_index;
+  if (compact && a->output_rows < a->batch) return C128_ERROR_OUTPUT_TOO_SMALL;
   if (!a->plans) return C128_ERROR_NULL_POINTER;
-  if (c128__misaligned(a->plans, sizeof(c128_decode_plan))) return C128_ERROR_MISALIGNED;
+  if (c128__misaligned(a->plans, sizeof(c128_decode_plan)) || c128__misaligned(a->output_index, sizeof(int64_t)))
+    return C128_ERROR_MISALIGNED;
   if (!tensors) return C128_SUCCESS;
   const c128__extent plans = {a->plans, (uint64_t)a->batch * sizeof(c128_decode_plan)};
-  /* The kernel reads input rows and writes output rows below batch only. */
-  return c128__check_tensors(t, a->state, a->state_pages, a->input, a->batch, a->ape, a->output, a->batch, &plans, 1);
+  /* The kernel reads input rows below batch only, and without an index writes output rows below it. */
+  return c128__check_tensors(t, shape, a->state, a->state_pages, &a->state_layout, a->input, a->batch, a->ape,
+                             a->output, compact ? a->batch : a->output_rows, a->output_index, a->batch, &a->entry,
+                             &plans, 1);
 }
 
-static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trait t, int tensors) {
+static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trait t, int tensors,
+                                          c128__shape_of *shape) {
   c128_status st =
       c128__check_common(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, t, a->state_pages, a->layout);
+  if (st == C128_SUCCESS) st = c128__check_state_layout(&a->state_layout, a->layout, a->state_pages, t, shape);
+  if (st == C128_SUCCESS) st = c128__check_entry(&a->entry, t, shape);
   if (st != C128_SUCCESS) return st;
   if (a->input_rows < 0 || a->output_rows < 0 || a->num_compress < 0 || a->num_write < 0)
     return C128_ERROR_NEGATIVE_SIZE;
@@ -1831,24 +2562,28 @@ static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trai
   if (a->num_compress > C128_MAX_PREFILL_ROWS || a->num_write > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_PLANS;
   if (a->windows_per_block < 0 || a->windows_per_block > C128_MAX_PREFILL_GROUP) return C128_ERROR_INVALID_GROUP;
   if (a->num_compress == 0 && a->num_write == 0) return C128_SUCCESS;
-  if (a->output_rows < a->num_compress) return C128_ERROR_OUTPUT_TOO_SMALL;
+  const int compact = a->entry.kind == C128_OUTPUT_POOLED && !a->output_index;
+  if (compact && a->output_rows < a->num_compress) return C128_ERROR_OUTPUT_TOO_SMALL;
   if ((a->num_compress && !a->compress_plans) || (a->num_write && !a->write_plans)) return C128_ERROR_NULL_POINTER;
   if (c128__misaligned(a->compress_plans, sizeof(c128_compress_plan)) ||
-      c128__misaligned(a->write_plans, sizeof(c128_write_plan)))
+      c128__misaligned(a->write_plans, sizeof(c128_write_plan)) || c128__misaligned(a->output_index, sizeof(int64_t)))
     return C128_ERROR_MISALIGNED;
   if (!tensors) return C128_SUCCESS;
   const c128__extent plans[2] = {{a->compress_plans, (uint64_t)a->num_compress * sizeof(c128_compress_plan)},
                                  {a->write_plans, (uint64_t)a->num_write * sizeof(c128_write_plan)}};
-  /* Compress plan k writes output row k: rows below num_compress only. */
-  return c128__check_tensors(t, a->state, a->state_pages, a->input, a->input_rows, a->ape, a->output, a->num_compress,
-                             plans, 2);
+  /* Compress plan k writes output row k without an index: rows below num_compress only. */
+  return c128__check_tensors(t, shape, a->state, a->state_pages, &a->state_layout, a->input, a->input_rows, a->ape,
+                             a->output, compact ? a->num_compress : a->output_rows, a->output_index, a->input_rows,
+                             &a->entry, plans, 2);
 }
 
 static c128__params c128__base_params(void *state, int64_t state_pages, const void *input, int64_t input_rows,
                                       const float *ape, void *output, int64_t output_rows, c128_shared_layout layout,
-                                      int32_t pdl) {
+                                      int32_t pdl, const c128_state_layout *lay, const int64_t *index,
+                                      const c128_entry_args *e, const c128__shape_of *shape, c128__more *m) {
   c128__params p;
   memset(&p, 0, sizeof p);
+  memset(m, 0, sizeof *m);
   p.state = state;
   p.state_pages = state_pages;
   p.input = input;
@@ -1860,20 +2595,35 @@ static c128__params c128__base_params(void *state, int64_t state_pages, const vo
   p.size = layout.size == 0 ? 1 : layout.size;
   p.pages_per_rank = layout.pages_per_rank;
   p.pdl = pdl != 0;
+  p.more = m; /* the host runner's; a launch passes *m as the kernel's second parameter */
+  m->score = lay->score_plane ? lay->score_plane : state;
+  m->table = lay->block_table;
+  m->score_table = lay->score_block_table ? lay->score_block_table : lay->block_table;
+  m->table_rows = lay->table_rows, m->table_stride = lay->table_stride;
+  m->block_shift = shape->block_shift, m->row_shift = lay->row_shift;
+  m->split = lay->score_plane != NULL, m->biased = lay->score_biased != 0;
+  m->out_index = index;
+  m->entry_kind = e->kind, m->entry_shift = shape->entry_shift;
+  m->gamma = e->norm_weight, m->rope = e->rope_table, m->eps = e->norm_eps;
+  m->cache = (char *)e->cache;
+  m->cache_entries = e->kind == C128_OUTPUT_POOLED ? 0 : e->cache_pages << shape->entry_shift;
+  m->rope_positions = e->rope_positions, m->page_bytes = e->page_bytes;
   return p;
 }
 
-static c128__params c128__decode_params(const c128_decode_args *a) {
+static c128__params c128__decode_params(const c128_decode_args *a, const c128__shape_of *shape, c128__more *m) {
   c128__params p = c128__base_params(a->state, a->state_pages, a->input, a->batch, a->ape, a->output, a->output_rows,
-                                     a->layout, a->pdl);
+                                     a->layout, a->pdl, &a->state_layout, a->output_index, &a->entry, shape, m);
   p.plans = a->plans;
   p.num_plans = a->batch;
   return p;
 }
 
-static c128__params c128__prefill_params(const c128_prefill_args *a, int kind) {
-  c128__params p = c128__base_params(a->state, a->state_pages, a->input, a->input_rows, a->ape, a->output,
-                                     a->output_rows, a->layout, a->pdl);
+static c128__params c128__prefill_params(const c128_prefill_args *a, int kind, const c128__shape_of *shape,
+                                         c128__more *m) {
+  c128__params p =
+      c128__base_params(a->state, a->state_pages, a->input, a->input_rows, a->ape, a->output, a->output_rows, a->layout,
+                        a->pdl, &a->state_layout, a->output_index, &a->entry, shape, m);
   p.plans = kind == C128_PLAN_COMPRESS ? (const void *)a->compress_plans : (const void *)a->write_plans;
   p.num_plans = kind == C128_PLAN_COMPRESS ? a->num_compress : a->num_write;
   return p;
@@ -1883,19 +2633,48 @@ static int64_t c128__write_blocks(int64_t num_write) { /* a warp per write plan 
   return (num_write + C128_WRITE_WARPS - 1) / C128_WRITE_WARPS;
 }
 
+/* `cluster` > 1: blocks in clusters of that many (cache entries: a window's splits). */
 static c128_status c128__launch(const void *kernel, int64_t blocks, int threads, int32_t pdl, cudaStream_t stream,
-                                const void *params /* the kernel's by-value argument */) {
+                                const void *params /* the kernel's by-value argument */, const c128__more *more,
+                                int cluster) {
   cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = pdl != 0;
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = pdl != 0;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = (unsigned)cluster,
+  attributes[1].val.clusterDim.y = attributes[1].val.clusterDim.z = 1;
   config.gridDim = dim3((unsigned)blocks, 1, 1);
   config.blockDim = dim3((unsigned)threads, 1, 1);
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  void *args[1] = {(void *)params};
+  config.attrs = attributes;
+  config.numAttrs = cluster > 1 ? 2 : 1;
+  void *args[2] = {(void *)params, (void *)more}; /* kernels of a layout or with entries take the second */
   return cudaLaunchKernelExC(&config, kernel, args) == cudaSuccess ? C128_SUCCESS : C128_ERROR_LAUNCH_FAILED;
+}
+
+/* A launch's kernel among an instance's variants (c128__trait): its index in the tables the
+   typed entry points pass, and the cluster it runs in. */
+static int c128__variant(const c128__shape_of *shape, const c128_entry_args *e, const int64_t *index) {
+  const int entry = e->kind != C128_OUTPUT_POOLED;
+  return (shape->layout || (!entry && index)) + 2 * entry; /* entry kernels read the index in any layout */
+}
+
+/* Cache-entry kernels need clusters: device code built for sm_90 or newer (from which the
+   device's binary came: ptxVersion covers a JIT-compiled one) on a device that has them. */
+static c128_status c128__entry_supported(const void *kernel) {
+  cudaFuncAttributes f;
+  if (cudaFuncGetAttributes(&f, kernel) != cudaSuccess) return C128_ERROR_LAUNCH_FAILED;
+  return f.ptxVersion >= 90 && f.binaryVersion >= 90 ? C128_SUCCESS : C128_ERROR_UNSUPPORTED_DEVICE;
+}
+
+static c128_status c128__launch_blocks(const void *kernel, int64_t blocks, const c128__params *p, c128__trait t,
+                                       int kind, int32_t pdl, cudaStream_t stream, const c128_host_options *o) {
+  if (!kernel) return c128__run_host(*p, t, kind, blocks, o);
+  const c128_status st = t.entry ? c128__entry_supported(kernel) : C128_SUCCESS;
+  return st != C128_SUCCESS ? st
+                            : c128__launch(kernel, blocks, C128_BLOCK_THREADS, pdl, stream, p, p->more,
+                                           t.entry ? C128_NUM_SPLIT(t.head_dim) : 1);
 }
 
 /* A block compresses its windows one after another, so with every window present a group of g
@@ -1941,63 +2720,88 @@ static c128_status c128__pick_group(int32_t requested, int64_t jobs, c128__trait
   return C128_SUCCESS;
 }
 
-/* One decode launch on the GPU (kernel != NULL) or the host runner (options). */
-static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, const void *kernel, cudaStream_t stream,
-                                    const c128_host_options *o) {
+/* The trait of a launch's variant. */
+static c128__trait c128__variant_trait(c128__trait t, int variant) {
+  t.layout = variant & 1, t.entry = variant >> 1;
+  return t;
+}
+
+/* One decode launch on the GPU (kernels: the instance's decode kernel of each variant) or the
+   host runner (kernels NULL; options). */
+static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, const void *const *kernels,
+                                    cudaStream_t stream, const c128_host_options *o) {
   if (!a) return C128_ERROR_NULL_POINTER;
-  c128_status st = c128__validate_decode(a, t, 1);
+  c128__shape_of shape;
+  c128_status st = c128__validate_decode(a, t, 1, &shape);
   if (st != C128_SUCCESS || a->batch == 0) return st;
-  c128__params p = c128__decode_params(a);
-  st = c128__pick_group(a->requests_per_block, a->batch, t, C128_MAX_DECODE_GROUP, kernel != NULL, &p.group);
+  const int variant = c128__variant(&shape, &a->entry, a->output_index);
+  c128__more more;
+  c128__params p = c128__decode_params(a, &shape, &more);
+  st = c128__pick_group(a->requests_per_block, a->batch, t, C128_MAX_DECODE_GROUP, kernels != NULL, &p.group);
   if (st != C128_SUCCESS) return st;
-  const int64_t blocks = c128__grouped_blocks(a->batch, t, p.group);
-  if (!kernel) return c128__run_host(p, t, C128_PLAN_DECODE, blocks, o);
-  return c128__launch(kernel, blocks, C128_BLOCK_THREADS, a->pdl, stream, &p);
+  return c128__launch_blocks(kernels ? kernels[variant] : NULL, c128__grouped_blocks(a->batch, t, p.group), &p,
+                             c128__variant_trait(t, variant), C128_PLAN_DECODE, a->pdl, stream, o);
 }
 
 /* Compress first, write second, on one stream: a batch's writes may land on slots its own
    compress events still read (DESIGN 6.3). */
-static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, const void *compress_kernel,
-                                     const void *write_kernel, cudaStream_t stream, const c128_host_options *o) {
+static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, const void *const *compress_kernels,
+                                     const void *const *write_kernels, cudaStream_t stream,
+                                     const c128_host_options *o) {
   if (!a) return C128_ERROR_NULL_POINTER;
-  c128_status st = c128__validate_prefill(a, t, 1);
+  c128__shape_of shape;
+  c128_status st = c128__validate_prefill(a, t, 1, &shape);
   if (st != C128_SUCCESS) return st;
+  const int variant = c128__variant(&shape, &a->entry, a->output_index);
   if (a->num_compress > 0) {
-    c128__params p = c128__prefill_params(a, C128_PLAN_COMPRESS);
-    st = c128__pick_group(a->windows_per_block, a->num_compress, t, C128_MAX_PREFILL_GROUP, compress_kernel != NULL,
+    c128__more more;
+    c128__params p = c128__prefill_params(a, C128_PLAN_COMPRESS, &shape, &more);
+    st = c128__pick_group(a->windows_per_block, a->num_compress, t, C128_MAX_PREFILL_GROUP, compress_kernels != NULL,
                           &p.group);
     if (st != C128_SUCCESS) return st;
-    const int64_t blocks = c128__grouped_blocks(a->num_compress, t, p.group);
-    st = compress_kernel ? c128__launch(compress_kernel, blocks, C128_BLOCK_THREADS, a->pdl, stream, &p)
-                         : c128__run_host(p, t, C128_PLAN_COMPRESS, blocks, o);
+    st = c128__launch_blocks(compress_kernels ? compress_kernels[variant] : NULL,
+                             c128__grouped_blocks(a->num_compress, t, p.group), &p, c128__variant_trait(t, variant),
+                             C128_PLAN_COMPRESS, a->pdl, stream, o);
   }
   if (st == C128_SUCCESS && a->num_write > 0) {
-    const c128__params p = c128__prefill_params(a, C128_PLAN_WRITE);
+    /* the write kernel stores no output: its variant is the state layout's alone */
+    c128__more more;
+    const c128__params p = c128__prefill_params(a, C128_PLAN_WRITE, &shape, &more);
     const int64_t blocks = c128__write_blocks(a->num_write);
-    st = write_kernel ? c128__launch(write_kernel, blocks, C128_WRITE_BLOCK_THREADS, a->pdl, stream, &p)
-                      : c128__run_host(p, t, C128_PLAN_WRITE, blocks, o);
+    st = write_kernels
+             ? c128__launch(write_kernels[shape.layout], blocks, C128_WRITE_BLOCK_THREADS, a->pdl, stream, &p, &more, 1)
+             : c128__run_host(p, c128__variant_trait(t, shape.layout), C128_PLAN_WRITE, blocks, o);
   }
   return st;
 }
 
 /* >>dispatch ------------------------------------------------------------------------------ */
-#define C128__ENTRY_POINTS(name, D, state, input, output)                                                 \
-  C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {               \
-    const c128__trait t = C128__TRAIT(D, state, input, output);                                           \
-    return c128__decode_run(a, t, (const void *)c128__decode_kernel_##name, stream, NULL);                \
-  }                                                                                                       \
-  C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {             \
-    const c128__trait t = C128__TRAIT(D, state, input, output);                                           \
-    return c128__prefill_run(a, t, (const void *)c128__compress_kernel_##name,                            \
-                             (const void *)c128__write_kernel_##name, stream, NULL);                      \
-  }                                                                                                       \
-  C128_API c128_status c128_decode_host_##name(const c128_decode_args *a, const c128_host_options *o) {   \
-    const c128__trait t = C128__TRAIT(D, state, input, output);                                           \
-    return c128__decode_run(a, t, NULL, NULL, o);                                                         \
-  }                                                                                                       \
-  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a, const c128_host_options *o) { \
-    const c128__trait t = C128__TRAIT(D, state, input, output);                                           \
-    return c128__prefill_run(a, t, NULL, NULL, NULL, o);                                                  \
+/* The typed entry points, with their instance's kernels of every variant (c128__variant). */
+#define C128__ENTRY_POINTS(name, D, state, input, output)                                                           \
+  C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {                         \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                               \
+    const void *const kernels[4] = {                                                                                \
+        (const void *)c128__decode_kernel_##name, (const void *)c128__decode_kernel_##name##_layout,                \
+        (const void *)c128__decode_kernel_##name##_entry, (const void *)c128__decode_kernel_##name##_layout_entry}; \
+    return c128__decode_run(a, t, kernels, stream, NULL);                                                           \
+  }                                                                                                                 \
+  C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {                       \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                               \
+    const void *const compress[4] = {(const void *)c128__compress_kernel_##name,                                    \
+                                     (const void *)c128__compress_kernel_##name##_layout,                           \
+                                     (const void *)c128__compress_kernel_##name##_entry,                            \
+                                     (const void *)c128__compress_kernel_##name##_layout_entry};                    \
+    const void *const write[2] = {(const void *)c128__write_kernel_##name,                                          \
+                                  (const void *)c128__write_kernel_##name##_layout};                                \
+    return c128__prefill_run(a, t, compress, write, stream, NULL);                                                  \
+  }                                                                                                                 \
+  C128_API c128_status c128_decode_host_##name(const c128_decode_args *a, const c128_host_options *o) {             \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                               \
+    return c128__decode_run(a, t, NULL, NULL, o);                                                                   \
+  }                                                                                                                 \
+  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a, const c128_host_options *o) {           \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                               \
+    return c128__prefill_run(a, t, NULL, NULL, NULL, o);                                                            \
   }
 C128_INSTANCES(C128__ENTRY_POINTS)
 #undef C128__ENTRY_POINTS
@@ -2127,14 +2931,16 @@ static c128_status c128__report(c128_plan_report *r, c128_plan_kind kind, int64_
 /* The trait of the compiled instance the arguments name, as the generic launch finds it. */
 static c128_status c128__instance_trait(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od, c128__trait *t) {
   if (c128_find_instance(head_dim, sd, id, od) < 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
-  const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od};
+  const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od, 0, 0};
   *t = trait;
   return C128_SUCCESS;
 }
 
-/* A state access of one plan, as the checker sees it: a write of row `key + offset` (length 0)
-   or a read of rows key .. key + length - 1. Keys are the rows that start a page of the
-   physical state, so a write and a read can only meet within one key. */
+/* An access of one plan, as the checker sees it: a write of row `key + offset` (length 0) or a
+   read of rows key + offset .. key + offset + length - 1, all within one page of 128 rows that
+   starts at row `key`, so that a write and a read can only meet within one key. State rows keep
+   their plane in bit 62 of the key (the score plane's rows are other rows); outputs (rows or
+   cache entries) are written only, in a list of their own. */
 typedef struct c128__slot_use {
   int64_t key, index;
   int32_t offset, length;
@@ -2146,20 +2952,25 @@ static int c128__slot_order(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
-/* Whether use u conflicts with an earlier plan's use v of the same key: the same row written
-   twice, or a row one writes and the other reads. */
+/* Rows [offset, offset + length) of a page as a 128-bit set (length 0: the one row offset). */
+static void c128__row_set(const c128__slot_use *u, uint64_t set[2]) {
+  set[0] = set[1] = 0;
+  for (int r = u->offset; r < u->offset + (u->length ? u->length : 1); ++r) set[r / 64] |= (uint64_t)1 << (r % 64);
+}
+
+/* Whether use u conflicts with an earlier plan's use v of the same key: a row written twice, or
+   a row one writes and the other reads. */
 static int c128__uses_conflict(const c128__slot_use *u, const c128__slot_use *v) {
-  if (!u->length && !v->length) return u->offset == v->offset;
   if (u->length && v->length) return 0;
-  const c128__slot_use *write = u->length ? v : u, *read = u->length ? u : v;
-  return write->offset < read->length;
+  uint64_t a[2], b[2];
+  c128__row_set(u, a), c128__row_set(v, b);
+  return ((a[0] & b[0]) | (a[1] & b[1])) != 0;
 }
 
 /* The first plan (lowest index) whose access conflicts with an earlier plan's in the same launch
    (c128__uses_conflict): its index, or `limit` when none below it does; *use and *earlier get
-   the two conflicting uses. Within a key the uses are walked in plan order,
-   keeping what earlier plans did: the rows they wrote (a page has at most 128), the lowest of
-   them and the longest read. Frees `uses`. */
+   the two conflicting uses. Within a key the uses are walked in plan order, keeping the rows
+   earlier plans wrote and read. Frees `uses`. */
 static int64_t c128__first_conflict(c128__slot_use *uses, int64_t n, int64_t limit, c128__slot_use *use,
                                     c128__slot_use *earlier) {
   qsort(uses, (size_t)n, sizeof *uses, c128__slot_order);
@@ -2167,18 +2978,17 @@ static int64_t c128__first_conflict(c128__slot_use *uses, int64_t n, int64_t lim
   for (int64_t g = 0; g < n;) {
     int64_t end = g;
     while (end < n && uses[end].key == uses[g].key) ++end;
-    uint64_t written[2] = {0, 0}, pending[2] = {0, 0}; /* earlier plans' rows, and this plan's */
-    int32_t low_write = INT32_MAX, long_read = 0, low_pending = INT32_MAX, long_pending = 0;
+    uint64_t written[2] = {0, 0}, read[2] = {0, 0}, wrote[2] = {0, 0},
+             reads[2] = {0, 0}; /* earlier plans', this one's */
     for (int64_t i = g; i < end && uses[i].index < first; ++i) {
-      if (i > g && uses[i].index != uses[i - 1].index) { /* a new plan: the last one's uses count now */
-        written[0] |= pending[0], written[1] |= pending[1], pending[0] = pending[1] = 0;
-        low_write = low_pending < low_write ? low_pending : low_write, low_pending = INT32_MAX;
-        long_read = long_pending > long_read ? long_pending : long_read, long_pending = 0;
-      }
+      if (i > g && uses[i].index != uses[i - 1].index) /* a new plan: the last one's uses count now */
+        for (int h = 0; h < 2; ++h) written[h] |= wrote[h], read[h] |= reads[h], wrote[h] = reads[h] = 0;
       const c128__slot_use *u = &uses[i];
-      const int hit = u->length ? low_write < u->length
-                                : u->offset < long_read || (written[u->offset / 64] >> (u->offset % 64) & 1u);
-      if (hit) {
+      uint64_t rows[2];
+      c128__row_set(u, rows);
+      const uint64_t *against = u->length ? written : read;
+      if (((rows[0] & against[0]) | (rows[1] & against[1])) ||
+          (!u->length && ((rows[0] & written[0]) | (rows[1] & written[1])))) {
         first = u->index, *use = *u;
         for (int64_t k = g; k < i; ++k)
           if (uses[k].index < u->index && c128__uses_conflict(u, &uses[k])) {
@@ -2187,11 +2997,7 @@ static int64_t c128__first_conflict(c128__slot_use *uses, int64_t n, int64_t lim
           }
         break;
       }
-      if (u->length) long_pending = u->length > long_pending ? u->length : long_pending;
-      else {
-        pending[u->offset / 64] |= (uint64_t)1 << (u->offset % 64);
-        low_pending = u->offset < low_pending ? u->offset : low_pending;
-      }
+      for (int h = 0; h < 2; ++h) (u->length ? reads : wrote)[h] |= rows[h];
     }
     g = end;
   }
@@ -2199,50 +3005,105 @@ static int64_t c128__first_conflict(c128__slot_use *uses, int64_t n, int64_t lim
   return first;
 }
 
-/* Reports the earlier of a plan's own failure (own < limit, with its text) and a conflict. */
-static c128_status c128__report_first(c128_plan_report *r, c128_plan_kind kind, c128__slot_use *uses, int64_t n,
-                                      int64_t own, const char *own_text) {
-  c128__slot_use use = {0, 0, 0, 0}, earlier = use;
-  const int64_t limit = own >= 0 ? own : INT64_MAX;
-  const int64_t conflict = c128__first_conflict(uses, n, limit, &use, &earlier);
-  if (conflict < limit) {
-    if (use.length)
-      return c128__report(r, kind, conflict, "its window reads state rows %lld .. %lld; plan %lld writes row %lld",
-                          (long long)use.key, (long long)(use.key + use.length - 1), (long long)earlier.index,
-                          (long long)(earlier.key + earlier.offset));
-    return earlier.length
-               ? c128__report(r, kind, conflict, "writes state row %lld, which plan %lld reads in its window",
-                              (long long)(use.key + use.offset), (long long)earlier.index)
-               : c128__report(r, kind, conflict, "writes state row %lld, as plan %lld does",
-                              (long long)(use.key + use.offset), (long long)earlier.index);
-  }
-  return own >= 0 ? c128__report(r, kind, own, "%s", own_text) : C128_SUCCESS;
+#define C128__SCORE_PLANE_KEY ((int64_t)1 << 62)
+/* A write of physical row `row` of a plane (1: the score plane) by plan `index`. */
+static c128__slot_use c128__write_use(int64_t row, int plane, int64_t index) {
+  const c128__slot_use u = {row / C128_WINDOW * C128_WINDOW + plane * C128__SCORE_PLANE_KEY, index,
+                            (int32_t)(row % C128_WINDOW), 0};
+  return u;
+}
+static c128__slot_use c128__read_use(int64_t row, int length, int plane, int64_t index) {
+  c128__slot_use u = c128__write_use(row, plane, index);
+  u.length = length;
+  return u;
 }
 
-/* A write of physical state row `row` by plan `index`. */
-static c128__slot_use c128__write_use(int64_t row, int64_t index) {
-  const c128__slot_use u = {row / C128_WINDOW * C128_WINDOW, index, (int32_t)(row % C128_WINDOW), 0};
-  return u;
+/* The checker's view of one launch's accesses: state uses (both planes) and output uses. */
+typedef struct c128__uses {
+  c128__slot_use *state, *out;
+  int64_t n_state, n_out;
+} c128__uses;
+
+static int c128__uses_alloc(c128__uses *u, int64_t state, int64_t out) {
+  u->state = (c128__slot_use *)malloc((size_t)(state ? state : 1) * sizeof *u->state);
+  u->out = (c128__slot_use *)malloc((size_t)(out ? out : 1) * sizeof *u->out);
+  u->n_state = u->n_out = 0;
+  if (u->state && u->out) return 1;
+  free(u->state), free(u->out);
+  return 0;
+}
+
+/* A running plan's state write (`to`): its kv row, and its score row when the scores have a
+   table of their own. */
+static void c128__add_write(c128__uses *u, const c128__params *p, c128__trait t, c128__dest to, int64_t index) {
+  u->state[u->n_state++] = c128__write_use(to.kv, 0, index);
+  if (t.layout && p->more->score_table != p->more->table) u->state[u->n_state++] = c128__write_use(to.score, 1, index);
+}
+
+/* A running window's state reads: rows 0 .. buffer_len - 1, one use a warp's 8 rows in kernels
+   of any layout (the rows each warp finds), one use in today's layout (its page's rows). */
+static void c128__add_reads(c128__uses *u, const c128__params *p, c128__trait t, const c128__window *w, int64_t index) {
+  if (!t.layout) {
+    if (w->buffer_len) u->state[u->n_state++] = c128__read_use(w->state_row0, w->buffer_len, 0, index);
+    return;
+  }
+  for (int first = 0; first < w->buffer_len; first += C128_ROWS_PER_WARP) {
+    const c128__dest d = c128__rows_of(p, w->state_row0 + first);
+    const int rows = w->buffer_len - first < C128_ROWS_PER_WARP ? w->buffer_len - first : C128_ROWS_PER_WARP;
+    u->state[u->n_state++] = c128__read_use(d.kv, rows, 0, index);
+    if (p->more->score_table != p->more->table) u->state[u->n_state++] = c128__read_use(d.score, rows, 1, index);
+  }
+}
+
+/* The most state uses one plan adds: a write and a window's reads, in each plane. */
+static int64_t c128__uses_per_plan(c128__trait t) { return t.layout ? 2 + 2 * C128_NUM_WARPS : 2; }
+
+/* Reports the earliest of a plan's own failure (own < limit, with its text), a state conflict
+   and two windows with one output row or entry; frees the uses. */
+static c128_status c128__report_first(c128_plan_report *r, c128_plan_kind kind, c128__uses *u, int64_t own,
+                                      const char *own_text, int entry) {
+  c128__slot_use use = {0, 0, 0, 0}, earlier = use, out = use, out_earlier = use;
+  const int64_t limit = own >= 0 ? own : INT64_MAX;
+  const int64_t state = c128__first_conflict(u->state, u->n_state, limit, &use, &earlier);
+  const int64_t output = c128__first_conflict(u->out, u->n_out, state < limit ? state : limit, &out, &out_earlier);
+  if (output < limit && output < state)
+    return c128__report(r, kind, output, "writes %s %lld, as plan %lld does", entry ? "cache entry" : "output row",
+                        (long long)(out.key + out.offset), (long long)out_earlier.index);
+  if (state < limit) {
+    const char *plane = use.key >= C128__SCORE_PLANE_KEY ? "score plane row" : "state row";
+    const int64_t row = use.key % C128__SCORE_PLANE_KEY + use.offset;
+    if (use.length)
+      return c128__report(r, kind, state, "its window reads %s %lld .. %lld; plan %lld writes row %lld", plane,
+                          (long long)row, (long long)(row + use.length - 1), (long long)earlier.index,
+                          (long long)(earlier.key % C128__SCORE_PLANE_KEY + earlier.offset));
+    return earlier.length ? c128__report(r, kind, state, "writes %s %lld, which plan %lld reads in its window", plane,
+                                         (long long)row, (long long)earlier.index)
+                          : c128__report(r, kind, state, "writes %s %lld, as plan %lld does", plane, (long long)row,
+                                         (long long)earlier.index);
+  }
+  return own >= 0 ? c128__report(r, kind, own, "%s", own_text) : C128_SUCCESS;
 }
 
 C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_plan_report *report) {
   if (!a || !report) return C128_ERROR_NULL_POINTER;
   report->index = -1;
   c128__trait t;
+  c128__shape_of shape;
   c128_status st = c128__instance_trait(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, &t);
-  if (st == C128_SUCCESS) st = c128__validate_decode(a, t, 0);
+  if (st == C128_SUCCESS) st = c128__validate_decode(a, t, 0, &shape);
   if (st != C128_SUCCESS || a->batch == 0) return st;
-  /* Each running plan writes its new row; a boundary plan's window also reads rows 0..126 of
-     its page: one write and at most one read each. */
-  c128__slot_use *uses = (c128__slot_use *)malloc((size_t)a->batch * 2 * sizeof *uses);
-  if (!uses) return C128_ERROR_OUT_OF_MEMORY;
-  const c128__params p = c128__decode_params(a);
-  int64_t n = 0, own = -1;
+  t = c128__variant_trait(t, c128__variant(&shape, &a->entry, a->output_index));
+  /* Each running plan writes its new row; a boundary plan's window also reads rows 0..126. */
+  c128__uses u;
+  if (!c128__uses_alloc(&u, a->batch * c128__uses_per_plan(t), a->batch)) return C128_ERROR_OUT_OF_MEMORY;
+  c128__more more;
+  const c128__params p = c128__decode_params(a, &shape, &more);
+  int64_t own = -1;
   char text[96] = "";
   for (int64_t b = 0; b < a->batch && own < 0; ++b) {
     c128__decode_job job;
     memset(&job, 0, sizeof job);
-    const int reason = c128__decode_prepare(&p, b, 0, 0, &job);
+    const int reason = c128__decode_prepare(&p, t, b, 0, 0, &job);
     if (reason == C128__PADDING) continue;
     const c128_decode_plan plan = a->plans[b];
     if (reason != C128__RUN) {
@@ -2251,48 +3112,66 @@ C128_API c128_status c128_check_decode_plans(const c128_decode_args *a, c128_pla
       own = b, snprintf(text, sizeof text, "boundary write slot %d is not row 127 of read page %d", (int)plan.write_loc,
                         (int)plan.read_page_1);
     } else {
-      uses[n++] = c128__write_use(job.write_row, b);
+      c128__add_write(&u, &p, t, job.write_row, b);
       if (job.boundary) {
-        const c128__slot_use read = {job.win.state_row0, b, 0, job.win.buffer_len};
-        uses[n++] = read;
+        c128__add_reads(&u, &p, t, &job.win, b);
+        u.out[u.n_out++] = c128__write_use(job.win.out_row, 0, b);
       }
     }
   }
-  return c128__report_first(report, C128_PLAN_DECODE, uses, n, own, text);
+  return c128__report_first(report, C128_PLAN_DECODE, &u, own, text, t.entry);
 }
 
 C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *a, c128_plan_report *report) {
   if (!a || !report) return C128_ERROR_NULL_POINTER;
   report->index = -1;
   c128__trait t;
+  c128__shape_of shape;
   c128_status st = c128__instance_trait(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, &t);
-  if (st == C128_SUCCESS) st = c128__validate_prefill(a, t, 0);
+  if (st == C128_SUCCESS) st = c128__validate_prefill(a, t, 0, &shape);
   if (st != C128_SUCCESS) return st;
-  const c128__params pc = c128__prefill_params(a, C128_PLAN_COMPRESS), pw = c128__prefill_params(a, C128_PLAN_WRITE);
-  for (int64_t k = 0; k < a->num_compress; ++k) {
+  const c128__trait tc = c128__variant_trait(t, c128__variant(&shape, &a->entry, a->output_index));
+  const c128__trait tw = c128__variant_trait(t, shape.layout);
+  c128__more more;
+  const c128__params pc = c128__prefill_params(a, C128_PLAN_COMPRESS, &shape, &more),
+                     pw = c128__prefill_params(a, C128_PLAN_WRITE, &shape, &more);
+  /* Compress plans first: their own failures and two windows with one output (a launch of its
+     own: the write launch follows it). */
+  c128__uses u;
+  if (!c128__uses_alloc(&u, 0, a->num_compress)) return C128_ERROR_OUT_OF_MEMORY;
+  int64_t own = -1;
+  char text[96] = "";
+  for (int64_t k = 0; k < a->num_compress && own < 0; ++k) {
     c128__window w;
-    const int reason = c128__compress_prepare(&pc, k, 0, 0, &w);
+    int32_t position;
+    const int reason = c128__compress_prepare(&pc, tc, k, 0, 0, &w, &position);
     if (reason != C128__RUN && reason != C128__PADDING)
-      return c128__report(report, C128_PLAN_COMPRESS, k, "%s", c128__reason_text(reason));
-    if (reason == C128__RUN && a->compress_plans[k].seq_len % C128_WINDOW != 0)
-      return c128__report(report, C128_PLAN_COMPRESS, k, "seq_len %u is not a multiple of 128",
-                          a->compress_plans[k].seq_len);
+      own = k, snprintf(text, sizeof text, "%s", c128__reason_text(reason));
+    else if (reason == C128__RUN && a->compress_plans[k].seq_len % C128_WINDOW != 0)
+      own = k, snprintf(text, sizeof text, "seq_len %u is not a multiple of 128", a->compress_plans[k].seq_len);
+    else if (reason == C128__RUN) u.out[u.n_out++] = c128__write_use(w.out_row, 0, k);
   }
-  c128__slot_use *uses = (c128__slot_use *)malloc((size_t)(a->num_write ? a->num_write : 1) * sizeof *uses);
-  if (!uses) return C128_ERROR_OUT_OF_MEMORY;
-  int64_t n = 0, own = -1;
-  const char *text = "";
+  st = c128__report_first(report, C128_PLAN_COMPRESS, &u, own, text, tc.entry);
+  if (st != C128_SUCCESS) return st;
+  if (!c128__uses_alloc(&u, a->num_write * c128__uses_per_plan(tw), 0)) return C128_ERROR_OUT_OF_MEMORY;
+  own = -1;
+  const char *why = "";
   for (int64_t k = 0; k < a->num_write && own < 0; ++k) {
-    int64_t src, dst;
-    const int reason = c128__write_prepare(&pw, k, 0, &src, &dst);
+    int64_t src;
+    c128__dest dst = {-1, -1, 0};
+    const int reason = c128__write_target(&pw, tw, k, 0, &src, &dst);
     if (reason == C128__PADDING) continue;
-    if (reason != C128__RUN) own = k, text = c128__reason_text(reason);
-    else { /* the row in this rank's view, owned or not: the owner writes it in the same batch */
+    if (reason != C128__RUN) {
+      own = k, why = c128__reason_text(reason);
+    } else if (!tw.layout) { /* the row in this rank's view, owned or not: the owner writes it in the same batch */
       const int32_t loc = a->write_plans[k].write_loc;
-      uses[n++] = c128__write_use(c128__physical_page(&pw, loc / C128_WINDOW) * C128_WINDOW + loc % C128_WINDOW, k);
+      dst.kv = c128__physical_page(&pw, loc / C128_WINDOW) * C128_WINDOW + loc % C128_WINDOW;
+      c128__add_write(&u, &pw, tw, dst, k);
+    } else {
+      c128__add_write(&u, &pw, tw, dst, k);
     }
   }
-  return c128__report_first(report, C128_PLAN_WRITE, uses, n, own, text);
+  return c128__report_first(report, C128_PLAN_WRITE, &u, own, why, 0);
 }
 
 /* >>planners (DESIGN 5) ----------------------------------------------------------------------- */
@@ -2873,7 +3752,7 @@ static c128_status c128__plan_refuse(const c128_device_plan_args *a, c128_status
                  ? a->counts
                  : NULL;
   /* Without PDL: the kernel does not wait, and a predecessor may still read status or counts. */
-  if (on_device) (void)c128__launch((const void *)c128__plan_refused_kernel, 1, 1, 0, stream, &r);
+  if (on_device) (void)c128__launch((const void *)c128__plan_refused_kernel, 1, 1, 0, stream, &r, NULL, 1);
   else c128__write_refusal(&r);
   return st;
 }
@@ -2896,10 +3775,11 @@ static c128_status c128__plan_device(const c128_device_plan_args *a, int decode,
     for (int64_t k = 0; k < slots; ++k) c128__plan_emit(&p, k);
     return C128_SUCCESS;
   }
-  c128_status launched = c128__launch((const void *)c128__plan_count_kernel, 1, C128__PLAN_THREADS, a->pdl, stream, &p);
+  c128_status launched =
+      c128__launch((const void *)c128__plan_count_kernel, 1, C128__PLAN_THREADS, a->pdl, stream, &p, NULL, 1);
   if (launched == C128_SUCCESS && slots > 0)
     launched = c128__launch((const void *)c128__plan_emit_kernel, (slots + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS,
-                            C128__PLAN_THREADS, a->pdl, stream, &p);
+                            C128__PLAN_THREADS, a->pdl, stream, &p, NULL, 1);
   return launched;
 }
 

@@ -146,7 +146,7 @@ Test(cpu, checker_refuses_huge_head_dim_and_stray_enums) {
     memcpy(&a.output_dtype, &stray[i], sizeof stray[i]);
     cr_assert_eq(c128_decode_host(&a, NULL), C128_ERROR_UNSUPPORTED_INSTANCE, "dtype %d", stray[i]);
   }
-  const int32_t stray_status[] = {-1, 25, 999, 0x7FFFFFFF, (int32_t)0x80000000};
+  const int32_t stray_status[] = {-1, 30, 999, 0x7FFFFFFF, (int32_t)0x80000000};
   for (size_t i = 0; i < sizeof stray_status / sizeof stray_status[0]; ++i) {
     c128_status s;
     memcpy(&s, &stray_status[i], sizeof s);
@@ -180,7 +180,7 @@ Test(cpu, checker_refuses_a_window_another_plan_writes) {
   const c128_decode_plan reads_first[2] = {{128, 127, 0, 0}, {6, 5, 0, 0}};
   const c128_decode_plan writes_first[2] = {{6, 5, 0, 0}, {128, 127, 0, 0}};
   const char *text[2] = {"which plan 0 reads in its window",
-                         "its window reads state rows 0 .. 126; plan 0 writes row 5"};
+                         "its window reads state row 0 .. 126; plan 0 writes row 5"};
   for (int order = 0; order < 2; ++order) {
     const c128_decode_plan *p = order ? writes_first : reads_first;
     char msg[200] = "";

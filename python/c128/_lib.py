@@ -43,6 +43,33 @@ class SharedLayout(Structure):
     _fields_ = [("rank", c_int32), ("size", c_int32), ("pages_per_rank", c_int32)]
 
 
+class StateLayout(Structure):
+    _fields_ = [
+        ("block_rows", c_int32),
+        ("score_biased", c_int32),
+        ("score_plane", c_void_p),
+        ("block_table", c_void_p),
+        ("score_block_table", c_void_p),
+        ("table_rows", c_int64),
+        ("table_stride", c_int64),
+        ("row_shift", c_int32),
+    ]
+
+
+class EntryArgs(Structure):
+    _fields_ = [
+        ("kind", c_int32),
+        ("norm_weight", c_void_p),
+        ("norm_eps", c_float),
+        ("rope_table", c_void_p),
+        ("rope_positions", c_int64),
+        ("cache", c_void_p),
+        ("cache_pages", c_int64),
+        ("entries_per_page", c_int32),
+        ("page_bytes", c_int64),
+    ]
+
+
 class DecodeArgs(Structure):
     _fields_ = [
         ("head_dim", c_int32),
@@ -60,6 +87,9 @@ class DecodeArgs(Structure):
         ("layout", SharedLayout),
         ("pdl", c_int32),
         ("requests_per_block", c_int32),
+        ("state_layout", StateLayout),
+        ("output_index", c_void_p),
+        ("entry", EntryArgs),
     ]
 
 
@@ -83,6 +113,9 @@ class PrefillArgs(Structure):  # like DecodeArgs, each field mirrors c128_prefil
         ("layout", SharedLayout),
         ("pdl", c_int32),
         ("windows_per_block", c_int32),
+        ("state_layout", StateLayout),
+        ("output_index", c_void_p),
+        ("entry", EntryArgs),
     ]
 
 
@@ -169,6 +202,8 @@ class DevicePlanArgs(Structure):
 # Field offsets the tests compare with a C compiler's offsetof (python/tests/test_library.py).
 STRUCTURES = {
     "c128_shared_layout": SharedLayout,
+    "c128_state_layout": StateLayout,
+    "c128_entry_args": EntryArgs,
     "c128_decode_args": DecodeArgs,
     "c128_prefill_args": PrefillArgs,
     "c128_host_options": HostOptions,
