@@ -606,7 +606,17 @@ typedef struct c128_ring {
   const int32_t *page_table; /* optional [num_pool][page_table_stride]; NULL = request ring */
   int64_t page_table_stride; /* entries per pool row, >= R / 128 */
   int64_t num_pool;          /* rows of page_table (ignored without one) */
-  int64_t state_pages;       /* logical pages of the state */
+  int64_t state_pages;       /* logical pages of the state (with a block table: its physical blocks) */
+  /* Persist every new token the ring can hold, the last R of each request, not only the open
+     window's (vLLM and TensorRT-LLM keep every row, for prefix caching and block reuse). */
+  int32_t write_all;
+  /* The kernels' state layout, the value the launches get (zero: today's). With a block table,
+     plans name logical rows: R = 2^row_shift (ring_tokens 0 or that), page(rid, pos) = rid * R /
+     128 + (pos mod R) / 128 for rid < table_rows, no page_table; and every block a plan reads or
+     writes must be allocated: an entry in [0, state_pages) that is not the null block. */
+  c128_state_layout state_layout;
+  int32_t has_null_block, null_block; /* a table entry that marks a missing block (vLLM's block 0) */
+  int64_t rope_positions;             /* > 0: every window must start below it (the RoPE table's rows) */
 } c128_ring;
 
 typedef struct c128_request {
@@ -657,7 +667,18 @@ typedef struct c128_device_plan_args {
   int32_t *status;          /* device [1]: c128_status of the batch (out) */
   void *workspace;          /* device, c128_plan_workspace_size(num_requests) bytes */
   int32_t pdl;
+  /* Instead of `requests` (NULL): an engine's own arrays, device, request i = {pool_indices ?
+     pool_indices[i] : i, seq_lens[i], query_start[i + 1] - query_start[i]} (vLLM: seq_lens and
+     query_start_loc; TensorRT-LLM: kv_lens and cu_seq_lens). Decode reads no query_start. */
+  const int32_t *seq_lens, *query_start, *pool_indices;
 } c128_device_plan_args;
+
+/* The host's form of an engine's arrays (see c128_device_plan_args): requests[i] = {pool_indices ?
+   pool_indices[i] : i, seq_lens[i], query_start[i + 1] - query_start[i]}, all host memory;
+   query_start has n + 1 entries (NULL for decode: extend_len 1). C128_ERROR_NEGATIVE_SIZE where
+   query_start decreases. */
+C128_API c128_status c128_requests_from_lens(const int32_t *seq_lens, const int32_t *query_start,
+                                             const int32_t *pool_indices, int64_t n, c128_request *requests);
 
 /* Bytes of workspace for num_requests; 0 for a count the planners refuse. */
 C128_API size_t c128_plan_workspace_size(int64_t num_requests);
@@ -3178,10 +3199,35 @@ C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *a, c128_p
 /* The per-request rules in closed form, shared by the host planners and the device planners. A
    planner reads each request once, into a copy (host: scratch; device: the workspace), and works
    from the copy only; pages are looked up, and checked, where a plan names them. */
-C128__FN int64_t c128__ring_tokens(const c128_ring *r) { return r->ring_tokens ? r->ring_tokens : C128_WINDOW; }
+C128__FN int c128__tabled(const c128_ring *r) { return r->state_layout.block_table != NULL; }
+C128__FN int64_t c128__ring_tokens(const c128_ring *r) {
+  if (c128__tabled(r)) return (int64_t)1 << r->state_layout.row_shift;
+  return r->ring_tokens ? r->ring_tokens : C128_WINDOW;
+}
+
+/* A block table's shape, for the planners (the launches check theirs, c128__check_state_layout). */
+static c128_status c128__check_ring_table(const c128_ring *r) {
+  const c128_state_layout *l = &r->state_layout;
+  const int rows = c128__log2_exact(l->block_rows ? l->block_rows : C128_WINDOW);
+  if (l->table_rows < 0 || l->table_stride < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (rows < 3 || rows > 8 || l->row_shift < C128__LOG2_WINDOW || l->row_shift > 30 || r->page_table ||
+      (r->ring_tokens && r->ring_tokens != (int64_t)1 << l->row_shift) ||
+      l->table_rows > ((int64_t)1 << (31 - l->row_shift)) ||
+      (l->table_rows > 0 && l->table_stride > INT64_MAX / 4 / l->table_rows) ||
+      (l->score_block_table && !l->score_plane))
+    return C128_ERROR_INVALID_STATE_LAYOUT;
+  if (c128__misaligned(l->block_table, sizeof(int32_t)) || c128__misaligned(l->score_block_table, sizeof(int32_t)))
+    return C128_ERROR_MISALIGNED;
+  return C128_SUCCESS;
+}
 
 static c128_status c128__check_ring(const c128_ring *r) {
   if (!r) return C128_ERROR_NULL_POINTER;
+  if (r->rope_positions < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (c128__tabled(r)) {
+    if (r->state_pages < 0) return C128_ERROR_NEGATIVE_SIZE;
+    return c128__check_ring_table(r);
+  }
   const int64_t ring = c128__ring_tokens(r);
   if (ring <= 0 || ring % C128_WINDOW != 0) return C128_ERROR_INVALID_RING;
   if (r->state_pages < 0 || (r->page_table && r->num_pool < 0)) return C128_ERROR_NEGATIVE_SIZE;
@@ -3199,7 +3245,10 @@ C128__FN c128_status c128__ring_page(const c128_ring *r, int32_t rid, int64_t po
   int64_t pg;
   if (pos < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (rid < 0 || (r->page_table && rid >= r->num_pool)) return C128_ERROR_POOL_INDEX_OUT_OF_RANGE;
-  if (r->page_table) {
+  if (c128__tabled(r)) { /* a logical page: its blocks are checked where the plans name them */
+    if (rid >= r->state_layout.table_rows) return C128_ERROR_POOL_INDEX_OUT_OF_RANGE;
+    pg = (int64_t)rid * (ring / C128_WINDOW) + k;
+  } else if (r->page_table) {
     pg = r->page_table[rid * r->page_table_stride + k];
     if (pg < 0 || pg >= r->state_pages) return C128_ERROR_PAGE_OUT_OF_RANGE;
   } else {
@@ -3207,6 +3256,25 @@ C128__FN c128_status c128__ring_page(const c128_ring *r, int32_t rid, int64_t po
     if (pg >= r->state_pages) return C128_ERROR_POOL_INDEX_OUT_OF_RANGE;
   }
   *page = (int32_t)pg;
+  return C128_SUCCESS;
+}
+
+/* With a block table: the blocks that hold positions pos .. pos + count - 1 of request rid are
+   allocated (an entry in [0, state_pages), not the null block) in every plane's table. */
+C128__FN c128_status c128__ring_blocks(const c128_ring *r, int32_t rid, int64_t pos, int64_t count) {
+  const c128_state_layout *l = &r->state_layout;
+  if (!c128__tabled(r) || count <= 0) return C128_SUCCESS;
+  const int shift = c128__log2_exact(l->block_rows ? l->block_rows : C128_WINDOW);
+  const int64_t ring = c128__ring_tokens(r);
+  for (int64_t at = pos; at < pos + count; at = ((at >> shift) + 1) << shift) {
+    const int64_t column = (at & (ring - 1)) >> shift; /* R = 2^row_shift: a mask, not a 64-bit division */
+    if (column >= l->table_stride) return C128_ERROR_PAGE_OUT_OF_RANGE;
+    for (int plane = 0; plane < 1 + (l->score_block_table != NULL); ++plane) {
+      const int32_t block = (plane ? l->score_block_table : l->block_table)[rid * l->table_stride + column];
+      if (block < 0 || (r->has_null_block && block == r->null_block)) return C128_ERROR_BLOCK_MISSING;
+      if (block >= r->state_pages) return C128_ERROR_PAGE_OUT_OF_RANGE;
+    }
+  }
   return C128_SUCCESS;
 }
 
@@ -3219,6 +3287,14 @@ typedef struct c128__shape {
 } c128__shape;
 
 C128__FN int c128__absent(c128_request q) { return q.seq_len == 0 && q.extend_len == 0; }
+
+/* query_start[i + 1] - query_start[i] as an extend_len: -1 where it decreases (refused as a
+   negative size), INT32_MAX past it (refused as too many rows). */
+C128__FN int32_t c128__extend_of(const int32_t *query_start, int64_t i) {
+  const int64_t d = (int64_t)query_start[i + 1] - query_start[i];
+  return d < 0 ? -1 : d > INT32_MAX ? INT32_MAX : (int32_t)d;
+}
+
 
 /* Argument rules of one request, in the order both planners apply them; the batch's row limit
    comes next, the pages last. An absent request passes. */
@@ -3238,7 +3314,8 @@ C128__FN c128__shape c128__request_shape(const c128_ring *r, c128_request q) {
      first_write = min(floor(seq / 128) * 128, seq - pad), in signed arithmetic. */
   const int64_t pad = r->speculative ? c128__ring_tokens(r) - C128_WINDOW + 2 : 0;
   const int64_t seq = q.seq_len, boundary = seq / C128_WINDOW * C128_WINDOW;
-  const int64_t first_write = boundary < seq - pad ? boundary : seq - pad;
+  /* write_all: the last R tokens (earlier ones would share slots with them) */
+  const int64_t first_write = r->write_all ? seq - c128__ring_tokens(r) : boundary < seq - pad ? boundary : seq - pad;
   c128__shape s;
   s.prefix = seq - q.extend_len;
   s.first_event = s.prefix / C128_WINDOW * C128_WINDOW + C128__LAST_ROW;
@@ -3255,12 +3332,16 @@ C128__FN c128_status c128__request_pages(const c128_ring *r, c128_request q, c12
   int32_t page;
   c128_status st = C128_SUCCESS;
   for (int64_t m = 0; m < s.num_compress && st == C128_SUCCESS; ++m) {
-    const int64_t pos = s.first_event + m * C128_WINDOW;
+    const int64_t pos = s.first_event + m * C128_WINDOW, start = pos - C128__LAST_ROW;
     st = c128__ring_page(r, q.pool_index, pos, &page);
     if (st == C128_SUCCESS) st = c128__ring_page(r, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &page);
+    /* the window rows before the batch come from the state */
+    if (st == C128_SUCCESS) st = c128__ring_blocks(r, q.pool_index, start, s.prefix - start);
+    if (st == C128_SUCCESS && r->rope_positions > 0 && start >= r->rope_positions) st = C128_ERROR_ROPE_TABLE_TOO_SHORT;
   }
   for (int64_t pos = s.first_write; pos < q.seq_len && st == C128_SUCCESS; pos = (pos / C128_WINDOW + 1) * C128_WINDOW)
     st = c128__ring_page(r, q.pool_index, pos, &page);
+  if (st == C128_SUCCESS) st = c128__ring_blocks(r, q.pool_index, s.first_write, q.seq_len - s.first_write);
   return st;
 }
 
@@ -3292,10 +3373,15 @@ C128__FN c128_status c128__decode_plan_of(const c128_ring *r, c128_request q, c1
   *d = padding;
   if (q.seq_len < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (q.seq_len == 0) return C128_SUCCESS;
-  const int64_t pos = (int64_t)q.seq_len - 1;
+  const int64_t pos = (int64_t)q.seq_len - 1, boundary = pos % C128_WINDOW == C128__LAST_ROW;
   int32_t page0, page1;
   c128_status st = c128__ring_page(r, q.pool_index, pos, &page1);
   if (st == C128_SUCCESS) st = c128__ring_page(r, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &page0);
+  /* the new token's block, and at a boundary the window's 127 rows before it */
+  if (st == C128_SUCCESS)
+    st = c128__ring_blocks(r, q.pool_index, boundary ? pos - C128__LAST_ROW : pos, boundary ? C128_WINDOW : 1);
+  if (st == C128_SUCCESS && boundary && r->rope_positions > 0 && pos - C128__LAST_ROW >= r->rope_positions)
+    st = C128_ERROR_ROPE_TABLE_TOO_SHORT;
   if (st != C128_SUCCESS) return st;
   d->seq_len = (uint32_t)q.seq_len;
   d->write_loc = (int32_t)(page1 * C128_WINDOW + pos % C128_WINDOW);
@@ -3498,6 +3584,23 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
   return st;
 }
 
+C128_API c128_status c128_requests_from_lens(const int32_t *seq_lens, const int32_t *query_start,
+                                             const int32_t *pool_indices, int64_t n, c128_request *requests) {
+  if (n < 0) return C128_ERROR_NEGATIVE_SIZE;
+  if (n == 0) return C128_SUCCESS;
+  if (!seq_lens || !requests) return C128_ERROR_NULL_POINTER;
+  for (int64_t i = 0; i < n; ++i)
+    if (query_start && query_start[i + 1] < query_start[i]) return C128_ERROR_NEGATIVE_SIZE;
+  for (int64_t i = 0; i < n; ++i) {
+    c128_request q;
+    q.pool_index = pool_indices ? pool_indices[i] : (int32_t)i;
+    q.seq_len = seq_lens[i];
+    q.extend_len = query_start ? c128__extend_of(query_start, i) : 1;
+    requests[i] = q;
+  }
+  return C128_SUCCESS;
+}
+
 /* The device planners: two launches, each a block program of steps (as the kernels'), which
    c128_plan_*_device_host runs on the CPU. Kernel 1 is one block: step 0 clears the written-page
    table; then per chunk of 256 requests, a step in which thread t copies request base + t into
@@ -3551,12 +3654,22 @@ C128__FN int c128__plan_steps(const c128__plan_params *p) {
   return 2 + 2 * (int)((p->a.num_requests + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS);
 }
 
+/* Request i of the device planner's batch, from a c128_request array or the engine's arrays. */
+C128__FN c128_request c128__request_at(const c128_device_plan_args *a, int decode, int64_t i) {
+  if (a->requests) return a->requests[i];
+  c128_request q;
+  q.pool_index = a->pool_indices ? a->pool_indices[i] : (int32_t)i;
+  q.seq_len = a->seq_lens[i];
+  q.extend_len = decode ? 1 : c128__extend_of(a->query_start, i);
+  return q;
+}
+
 C128__FN void c128__plan_count(const c128__plan_params *p, int64_t base, int tid, c128__plan_chunk *c) {
   const int64_t i = base + tid;
   c->check[tid] = c->pages[tid] = C128_SUCCESS;
   c->num_compress[tid] = c->num_write[tid] = c->rows[tid] = 0;
   if (i >= p->a.num_requests) return;
-  const c128_request q = p->a.requests[i]; /* the one read of the caller's request */
+  const c128_request q = c128__request_at(&p->a, p->decode, i); /* the one read of the caller's request */
   c128__ws_requests(p)[i] = q;
   const c128_ring *r = &p->a.ring;
   uint64_t *claimed = c128__ws_pages(p), *shared = (uint64_t *)p->a.workspace + C128__WS_SHARED;
@@ -3713,15 +3826,20 @@ static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, 
   if (a->num_requests < 0 || a->capacity < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (a->num_requests > INT32_MAX / 2 || (!decode && a->capacity > C128_MAX_PREFILL_ROWS))
     return C128_ERROR_TOO_MANY_PLANS;
-  if (!a->status || !a->workspace || (a->num_requests > 0 && !a->requests)) return C128_ERROR_NULL_POINTER;
+  /* the requests: a c128_request array, or the engine's arrays (query_start for prefill only) */
+  const int lens = !a->requests && a->seq_lens;
+  if (!a->status || !a->workspace ||
+      (a->num_requests > 0 && !a->requests && (!a->seq_lens || (!decode && !a->query_start))))
+    return C128_ERROR_NULL_POINTER;
   if (decode ? a->num_requests > 0 && !a->decode : a->capacity > 0 && (!a->compress || !a->write))
     return C128_ERROR_NULL_POINTER;
   if (c128__misaligned(a->workspace, sizeof(int64_t)) || c128__misaligned(a->counts, sizeof(int64_t)) ||
       c128__misaligned(a->status, sizeof(int32_t)) || c128__misaligned(a->compress, sizeof(c128_compress_plan)) ||
       c128__misaligned(a->write, sizeof(c128_write_plan)) || c128__misaligned(a->decode, sizeof(c128_decode_plan)) ||
-      c128__misaligned(a->requests, sizeof(int32_t)))
+      c128__misaligned(a->requests, sizeof(int32_t)) || c128__misaligned(a->seq_lens, sizeof(int32_t)) ||
+      c128__misaligned(a->query_start, sizeof(int32_t)) || c128__misaligned(a->pool_indices, sizeof(int32_t)))
     return C128_ERROR_MISALIGNED;
-  const uint64_t ws = c128_plan_workspace_size(a->num_requests);
+  const uint64_t ws = c128_plan_workspace_size(a->num_requests), n = (uint64_t)a->num_requests;
   /* *status is an output like the others: the emit kernel may write it while other threads
      still read the page table. */
   const c128__extent out[6] = {{a->workspace, ws},
@@ -3730,12 +3848,19 @@ static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, 
                                {decode ? a->decode : NULL, (uint64_t)a->num_requests * sizeof(c128_decode_plan)},
                                {a->counts, 2 * sizeof(int64_t)},
                                {a->status, sizeof(int32_t)}};
-  const c128__extent in[2] = {{a->requests, (uint64_t)a->num_requests * sizeof(c128_request)},
-                              {a->ring.page_table, c128__page_table_bytes(&a->ring)}};
+  const c128_state_layout *l = &a->ring.state_layout;
+  const uint64_t table = l->block_table ? (uint64_t)l->table_rows * (uint64_t)l->table_stride * 4 : 0;
+  const c128__extent in[7] = {{lens ? NULL : a->requests, n * sizeof(c128_request)},
+                              {a->ring.page_table, c128__page_table_bytes(&a->ring)},
+                              {lens ? a->seq_lens : NULL, n * sizeof(int32_t)},
+                              {lens && !decode ? a->query_start : NULL, (n + 1) * sizeof(int32_t)},
+                              {lens ? a->pool_indices : NULL, n * sizeof(int32_t)},
+                              {l->block_table, table},
+                              {l->block_table ? l->score_block_table : NULL, table}};
   for (int i = 0; i < 6; ++i) {
     for (int j = i + 1; j < 6; ++j)
       if (c128__overlap(out[i].ptr, out[i].bytes, out[j].ptr, out[j].bytes)) return C128_ERROR_ALIASED;
-    for (int j = 0; j < 2; ++j)
+    for (int j = 0; j < 7; ++j)
       if (c128__overlap(out[i].ptr, out[i].bytes, in[j].ptr, in[j].bytes)) return C128_ERROR_ALIASED;
   }
   return C128_SUCCESS;

@@ -168,6 +168,11 @@ class Ring(Structure):
         ("page_table_stride", c_int64),
         ("num_pool", c_int64),
         ("state_pages", c_int64),
+        ("write_all", c_int32),
+        ("state_layout", StateLayout),
+        ("has_null_block", c_int32),
+        ("null_block", c_int32),
+        ("rope_positions", c_int64),
     ]
 
 
@@ -196,6 +201,9 @@ class DevicePlanArgs(Structure):
         ("status", c_void_p),
         ("workspace", c_void_p),
         ("pdl", c_int32),
+        ("seq_lens", c_void_p),
+        ("query_start", c_void_p),
+        ("pool_indices", c_void_p),
     ]
 
 
@@ -242,6 +250,7 @@ check_prefill_plans = _proto("c128_check_prefill_plans", c_int, POINTER(PrefillA
 plan_prefill = _proto("c128_plan_prefill", c_int, POINTER(Ring), c_void_p, c_int64, c_int32, POINTER(PrefillPlans))
 plan_decode = _proto("c128_plan_decode", c_int, POINTER(Ring), c_void_p, c_int64, c_void_p)
 plan_workspace_size = _proto("c128_plan_workspace_size", c_size_t, c_int64)
+requests_from_lens = _proto("c128_requests_from_lens", c_int, c_void_p, c_void_p, c_void_p, c_int64, c_void_p)
 plan_prefill_device = _proto("c128_plan_prefill_device", c_int, POINTER(DevicePlanArgs), c_void_p)
 plan_decode_device = _proto("c128_plan_decode_device", c_int, POINTER(DevicePlanArgs), c_void_p)
 plan_prefill_device_host = _proto("c128_plan_prefill_device_host", c_int, POINTER(DevicePlanArgs))
