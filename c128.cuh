@@ -1,11 +1,12 @@
-/* c128.cuh - v0.3.0 - DeepSeek-V4 c128 KV compression in one CUDA C header.
+/* c128.cuh - v0.4.0 - DeepSeek-V4 c128 KV compression in one CUDA C header.
    SPDX-License-Identifier: MIT
 
    Turns every 128 tokens of a request into one softmax-pooled KV vector (per-channel softmax
    over the window's scores plus a learned position bias), with the compression-state buffer,
    the plans and the planners that drive it: decode, chunked prefill/extend, speculative verify,
-   paged and legacy state, context-parallel sharded state. docs/DESIGN.md says exactly what is
-   computed; "DESIGN n" below cites its sections.
+   paged and legacy state, context-parallel sharded state, SGLang's, vLLM's and TensorRT-LLM's
+   state layouts, and DeepSeek-V4's cache entries (RMSNorm, RoPE, FP8) written in the same
+   launch. docs/DESIGN.md says exactly what is computed; "DESIGN n" below cites its sections.
 
    DO THIS
      In exactly one .cu file of your project:
@@ -71,6 +72,21 @@
      {any, 0, 0} is absent (pads a fixed-size batch). c128_plan_*_device compute the same bytes
      and the same status on the GPU for CUDA graphs. c128_check_*_plans reports the first bad
      plan of a batch built elsewhere.
+
+   STATE LAYOUTS (DESIGN 5.9)
+     args.state_layout zero is SGLang's: pages of 128 rows of kv | raw score, plans naming them.
+     Otherwise blocks of 8..256 rows, kv and score in one row or two planes, scores stored with
+     ape folded in, and a block table through which plans name logical rows (table row <<
+     row_shift | position). vLLM: block_rows 8, its block_table, score_biased. TensorRT-LLM:
+     block_rows 128 or 256, score_plane + score_block_table, score_biased. The same value goes
+     into c128_ring.state_layout for the planners, which then check every block a plan uses.
+     args.output_index[r] says where the window that ends at input row r goes.
+
+   OUTPUTS (DESIGN 11)
+     args.entry.kind C128_OUTPUT_POOLED (0): the pooled vector, output_dtype rows. DSV4_FP8 /
+     DSV4_BF16: the decode and compress launches normalise it, rotate the last 64 channels and
+     store DeepSeek-V4's cache entry (FlashMLA's sparse FP8 layout, or bf16) at entry
+     output_index[r] of a paged cache; needs sm_90 (clusters) and head_dim <= 512.
 
    KERNELS (DESIGN 6)
      Decode: ceil(batch / G) x head_dim/64 blocks of 512 threads; a block takes G <= 32 requests
@@ -146,6 +162,10 @@
                    >>runner >>launch >>dispatch >>checker >>planners
 
    REVISION HISTORY
+     0.4.0 (unreleased) other engines' state layouts (c128_state_layout, output_index, write_all,
+                        planning from seq_lens / query_start), cache entries written in the
+                        compress launch (c128_entry_args), the checker refuses a decode write
+                        into another plan's window.
      0.3.0 (2026-12-01) hardware exp2 by default (C128_MATH_EXACT keeps bit-identity), the block
                         program written once as steps, prefetch before the PDL wait, one dtype
                         table and C128_ROW, hardened host side: aliasing and shared-page
@@ -167,7 +187,7 @@
 #include <cuda_runtime_api.h>
 
 #define C128_VERSION_MAJOR 0
-#define C128_VERSION_MINOR 3
+#define C128_VERSION_MINOR 4
 #define C128_VERSION_PATCH 0
 #define C128_VERSION (C128_VERSION_MAJOR * 10000 + C128_VERSION_MINOR * 100 + C128_VERSION_PATCH)
 #define C128__STRING(x) #x
