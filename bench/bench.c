@@ -13,13 +13,31 @@
                               engine does each step), per-step figure.
    Comparisons (the two epilogues, PDL on/off) alternate A B A B within one run.
 
-   Usage: c128_bench [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING]
+   Variants of every decode and prefill case (two-warp epilogue), after the cases themselves:
+     layout_<case>  each other engine's state layout (bench_layouts: vLLM's blocks of 8 through a
+                    shuffled position-indexed table with biased scores, blocks of 16, TensorRT-LLM's
+                    two planes and two tables of 128 and 256 rows with biased scores, a ring of
+                    128-row blocks through a table) A/B against today's layout on the same logical
+                    data and plans (variants <layout> and today_vs_<layout>); bytes: today's plus
+                    the table entries read.
+     entry_<case>   today's pooled launch (variant pooled) against DeepSeek-V4's cache entries,
+                    FP8 and BF16, written by the decode / compress launch itself (fused_fp8,
+                    fused_bf16) or by the pooled launch and bench's epilogue launch after it
+                    (split_fp8, split_bf16; bench_epilogue.cuh), A B C D E, E D C B A; bytes: the
+                    pooled path's less the pooled rows plus the entries (584 B FP8, 1024 B BF16).
+   Set 0 of every variant is compared with today's first, bit for bit (the check column).
+
+   Usage: c128_bench [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]]
                      [--profile CASE:SIZE:STATE] [--cpu-check]
+   --filter runs the cases whose name holds any of the substrings (layout_|entry_: only the
+   variants); the ceilings and empty launches always run.
    The commit is also read from $BENCH_COMMIT (the device copy of the tree may lack .git).
    Without a GPU it says so and exits with status 77; --cpu-check then builds the small cases
-   in host memory and runs them through the host runner of both epilogues instead. */
+   in host memory and runs them through the host runner of both epilogues instead, then every
+   variant of them, comparing pooled rows, entries and states (bench_cpu_variants). */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +50,8 @@
 #define BENCH_FOOTPRINT_BYTES (256.0 * 1024.0 * 1024.0) /* rotation target: > 4x the 60 MB L2 */
 #define BENCH_MAX_SETS 4096                             /* rotation sets per case */
 #define BENCH_SAMPLE_US 1000.0                          /* each sample times about 1 ms of launches */
-#define BENCH_ROUNDS 4                                  /* A B A B */
+#define BENCH_ROUNDS 4                                  /* A B A B; more variants: A B C, C B A */
+#define BENCH_MAX_VARIANTS 5                            /* timed in one run: today's and 4 cache-entry paths */
 #define BENCH_MAX_SAMPLES 64                            /* per round */
 #define BENCH_MAX_GRAPHS 64
 #define BENCH_STEP_GRAPHS 256                      /* one-step graphs per variant; a multiple of 128 */
@@ -120,9 +139,36 @@ static void bench_fill(void *base, int64_t rows, int64_t row_elems, int64_t kv_e
     BENCH_CUDA(bench_fill_device(base, rows, row_elems, kv_elems, bf16, kv_scale, score_scale, seed, bench_stream));
   else bench_fill_host(base, rows, row_elems, kv_elems, bf16, kv_scale, score_scale, seed);
 }
-static void bench_poison(void *base, size_t bytes) {
-  if (bench_gpu) BENCH_CUDA(cudaMemsetAsync(base, 0xFF, bytes, bench_stream)); /* NaN */
-  else memset(base, 0xFF, bytes);
+static void bench_memset(void *base, int byte, size_t bytes) {
+  if (bench_gpu) BENCH_CUDA(cudaMemsetAsync(base, byte, bytes, bench_stream));
+  else memset(base, byte, bytes);
+}
+static void bench_poison(void *base, size_t bytes) { bench_memset(base, 0xFF, bytes); /* NaN */ }
+/* Copies within the benchmark's memory, and out of it into host memory, ordered after
+   everything on bench_stream (which does not synchronise with the legacy stream). */
+static void bench_copy_mem(void *dst, const void *src, size_t bytes) {
+  if (!bench_gpu) {
+    memcpy(dst, src, bytes);
+    return;
+  }
+  BENCH_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, bench_stream));
+  BENCH_CUDA(cudaStreamSynchronize(bench_stream));
+}
+static void bench_download(void *dst, const void *src, size_t bytes) {
+  if (!bench_gpu) {
+    memcpy(dst, src, bytes);
+    return;
+  }
+  BENCH_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, bench_stream));
+  BENCH_CUDA(cudaStreamSynchronize(bench_stream));
+}
+static void *bench_host(size_t bytes) { /* host scratch */
+  void *p = malloc(bytes ? bytes : 16);
+  if (!p) {
+    fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
+    exit(1);
+  }
+  return p;
 }
 
 /* ---- cases ------------------------------------------------------------------------------ */
@@ -153,8 +199,13 @@ typedef struct bench_case {
   float *ape, *normed;
   size_t state_bytes, input_bytes, output_bytes, plans_c_bytes, plans_w_bytes;
   int64_t pages, out_rows_per_unit;
-  c128_decode_args *dargs;  /* [nsets] */
-  c128_prefill_args *pargs; /* [nsets * calls] */
+  int64_t rows, nc_max, nw_max; /* prefill: input rows per call, plans a unit's arrays hold */
+  double emitted;               /* windows per unit, averaged over the sets */
+  c128_decode_args *dargs;      /* [nsets] */
+  c128_prefill_args *pargs;     /* [nsets * calls] */
+  /* host copies, for the variants (which plan the same requests) and the checks */
+  c128_request *reqs; /* decode: [nsets * B] */
+  void *host_plans_c, *host_plans_w;
 } bench_case;
 
 static size_t bench_state_row_bytes(const bench_case *c) { return BENCH_ROW_ELEMS * (c->state_bf16 ? 2u : 4u); }
@@ -227,6 +278,7 @@ static void bench_build_decode(bench_case *c, int alloc) {
     reqs[q].extend_len = 1;
   }
   c->bytes = bytes / (double)c->nsets;
+  c->emitted = (double)boundary_pages / (double)c->nsets;
   c128_ring ring;
   memset(&ring, 0, sizeof ring); /* legacy layout */
   ring.state_pages = c->pages;
@@ -260,8 +312,8 @@ static void bench_build_decode(bench_case *c, int alloc) {
     a->plans = c->plans_c ? (const c128_decode_plan *)c->plans_c + r * B : NULL;
     a->batch = B;
   }
-  free(reqs);
-  free(plans);
+  c->reqs = reqs;
+  c->host_plans_c = plans;
 }
 
 /* Requests of prefill call `call` of set `set`. Returns their count. */
@@ -317,6 +369,7 @@ static void bench_build_prefill(bench_case *c, int alloc) {
   }
   const int64_t units = c->nsets * c->calls;
   c->out_rows_per_unit = c->calls * nc_max;
+  c->rows = rows, c->nc_max = nc_max, c->nw_max = nw_max;
   c->state_bytes = (size_t)c->pages * C128_WINDOW * bench_state_row_bytes(c);
   c->input_bytes = (size_t)(units * rows) * BENCH_INPUT_ROW_BYTES;
   c->output_bytes = (size_t)(units * nc_max) * BENCH_OUTPUT_ROW_BYTES;
@@ -374,11 +427,13 @@ static void bench_build_prefill(bench_case *c, int alloc) {
     }
   }
   c->bytes = bytes / (double)c->nsets;
+  c->emitted = (double)c->compress_per_unit;
   if (alloc) {
     bench_upload(c->plans_c, all_c, c->plans_c_bytes);
     if (c->plans_w_bytes) bench_upload(c->plans_w, all_w, c->plans_w_bytes);
   }
-  free(reqs), free(cp), free(wp), free(all_c), free(all_w);
+  c->host_plans_c = all_c, c->host_plans_w = all_w;
+  free(reqs), free(cp), free(wp);
 }
 
 static void bench_case_build(bench_case *c, bench_kind kind, int state_bf16, int64_t size, int alloc) {
@@ -397,7 +452,7 @@ static void bench_case_build(bench_case *c, bench_kind kind, int state_bf16, int
 static void bench_case_free(bench_case *c) {
   bench_release(c->state), bench_release(c->input), bench_release(c->output);
   bench_release(c->plans_c), bench_release(c->plans_w), bench_release(c->ape), bench_release(c->normed);
-  free(c->dargs), free(c->pargs);
+  free(c->dargs), free(c->pargs), free(c->reqs), free(c->host_plans_c), free(c->host_plans_w);
   memset(c, 0, sizeof *c);
 }
 
@@ -419,7 +474,7 @@ typedef void (*bench_unit_fn)(void *ctx, int variant, int64_t index, cudaStream_
 typedef struct bench_runner {
   bench_unit_fn unit;
   void *ctx;
-  int variants;   /* 1, or 2 for an A/B pair timed A B A B */
+  int variants;   /* 1; 2 for an A/B pair timed A B A B; up to BENCH_MAX_VARIANTS, A B C ... C B A */
   int64_t nsets;  /* the unit rotates over index % nsets */
   int64_t period; /* units per sample: a multiple of this */
   int modes;      /* bit mask of BENCH_STREAM... */
@@ -451,6 +506,14 @@ static bench_stats bench_summarise(double *v, int n, int64_t reps) {
   return s;
 }
 
+/* Rounds of a comparison of `variants`, and the variant that round `round` times: A B A B for a
+   pair (and a variant alone), each variant twice for more, in the order A B C, C B A. */
+static int bench_rounds(int variants) { return variants <= 2 ? BENCH_ROUNDS : 2 * variants; }
+static int bench_round_variant(int round, int variants) {
+  if (variants <= 2) return round % variants;
+  return (round / variants) % 2 ? variants - 1 - round % variants : round % variants;
+}
+
 /* Per-unit microseconds of the spr samples just recorded after events[0]. */
 static void bench_collect(int spr, int64_t units_per_sample, double *dst) {
   BENCH_CUDA(cudaEventSynchronize(bench_events[spr]));
@@ -477,19 +540,20 @@ static cudaGraphExec_t bench_capture(const bench_runner *r, int variant, int64_t
    runs the units from g * per_graph on), each replayed once to warm it, then timed round-robin
    with reps / per_graph graph launches a sample; out[variant][mode]. */
 static void bench_graph_mode(const bench_runner *r, int mode, int64_t count, int64_t per_graph, int64_t reps,
-                             double samples[2][BENCH_ROUNDS * BENCH_MAX_SAMPLES], bench_stats out[2][BENCH_MODES]) {
+                             double samples[BENCH_MAX_VARIANTS][BENCH_ROUNDS * BENCH_MAX_SAMPLES],
+                             bench_stats out[BENCH_MAX_VARIANTS][BENCH_MODES]) {
   _Static_assert(BENCH_MAX_GRAPHS <= BENCH_STEP_GRAPHS, "exec holds the larger of the two counts");
   const int spr = bench_opt.samples_per_round;
-  static cudaGraphExec_t exec[2][BENCH_STEP_GRAPHS];
+  static cudaGraphExec_t exec[BENCH_MAX_VARIANTS][BENCH_STEP_GRAPHS];
   for (int v = 0; v < r->variants; ++v)
     for (int64_t g = 0; g < count; ++g) exec[v][g] = bench_capture(r, v, g * per_graph, per_graph);
   for (int v = 0; v < r->variants; ++v)
     for (int64_t g = 0; g < count; ++g) BENCH_CUDA(cudaGraphLaunch(exec[v][g], bench_stream));
   BENCH_CUDA(cudaStreamSynchronize(bench_stream));
-  int64_t next[2] = {0, 0};
-  int n[2] = {0, 0};
-  for (int round = 0; round < BENCH_ROUNDS; ++round) {
-    const int v = round % r->variants;
+  int64_t next[BENCH_MAX_VARIANTS] = {0};
+  int n[BENCH_MAX_VARIANTS] = {0};
+  for (int round = 0; round < bench_rounds(r->variants); ++round) {
+    const int v = bench_round_variant(round, r->variants);
     BENCH_CUDA(cudaEventRecord(bench_events[0], bench_stream));
     for (int k = 0; k < spr; ++k) {
       for (int64_t i = 0; i < reps / per_graph; ++i)
@@ -506,12 +570,13 @@ static void bench_graph_mode(const bench_runner *r, int mode, int64_t count, int
 }
 
 /* Times every mode of r for every variant; out[variant][mode]. */
-static void bench_measure(const bench_runner *r, bench_stats out[2][BENCH_MODES]) {
+static void bench_measure(const bench_runner *r, bench_stats out[BENCH_MAX_VARIANTS][BENCH_MODES]) {
+  _Static_assert(BENCH_ROUNDS >= 2, "a variant of more than two runs two rounds: samples holds them");
   const int spr = bench_opt.samples_per_round;
-  static double samples[2][BENCH_ROUNDS * BENCH_MAX_SAMPLES];
-  int n[2];
+  static double samples[BENCH_MAX_VARIANTS][BENCH_ROUNDS * BENCH_MAX_SAMPLES];
+  int n[BENCH_MAX_VARIANTS];
   int64_t index = 0;
-  memset(out, 0, 2 * BENCH_MODES * sizeof(bench_stats));
+  memset(out, 0, BENCH_MAX_VARIANTS * BENCH_MODES * sizeof(bench_stats));
   /* Warm-up: every set once per variant. */
   const int64_t warm = r->nsets < 16 ? 16 : r->nsets;
   for (int v = 0; v < r->variants; ++v)
@@ -529,9 +594,9 @@ static void bench_measure(const bench_runner *r, bench_stats out[2][BENCH_MODES]
   reps = bench_round_up(reps, r->period);
 
   if (r->modes & (1 << BENCH_STREAM)) {
-    n[0] = n[1] = 0;
-    for (int round = 0; round < BENCH_ROUNDS; ++round) {
-      const int v = round % r->variants;
+    memset(n, 0, sizeof n);
+    for (int round = 0; round < bench_rounds(r->variants); ++round) {
+      const int v = bench_round_variant(round, r->variants);
       BENCH_CUDA(cudaEventRecord(bench_events[0], bench_stream));
       for (int k = 0; k < spr; ++k) {
         for (int64_t i = 0; i < reps; ++i) r->unit(r->ctx, v, index++, bench_stream);
@@ -667,8 +732,637 @@ static void bench_verify(const bench_case *c, char *msg, size_t msg_size) {
   free(hs), free(hs_run), free(hin), free(hout), free(hpc), free(hpw), free(ape), free(gpu[0]), free(gpu[1]);
 }
 
+/* ---- variants: other state layouts and the cache-entry paths, over one case's data ------- */
+/* A variant runs a case's units over the case's input and the same logical state and requests:
+   today's layout itself (the baseline, which borrows the case's buffers and plans); another
+   engine's state layout (DESIGN 5.9), whose state holds today's rows where its block table puts
+   them and whose plans come from the planner given ring.state_layout (logical rows); or today's
+   layout writing DeepSeek-V4's cache entries (DESIGN 11), in the decode / compress launch itself
+   (fused) or in bench's own epilogue launch after the pooled one (split, bench_epilogue.cuh). */
+typedef struct bench_layout {
+  const char *name;
+  int32_t block_rows;
+  int tables;      /* 0: plans name physical rows; 1: one block table; 2: a table per plane */
+  int planes;      /* 1: rows of kv | score; 2: a kv plane and a score plane */
+  int biased;      /* scores stored with ape added */
+  int by_position; /* a position-indexed table (no position wraps); else a ring of 128 rows */
+  int null_block;  /* block 0 is the engine's null block, never handed out (vLLM's) */
+} bench_layout;
+static const bench_layout bench_layouts[] = {
+    {"vllm_b8", 8, 1, 1, 1, 1, 1},       /* vLLM: blocks of 8, block_table[req][pos / 8], biased */
+    {"b16", 16, 0, 1, 0, 0, 0},          /* blocks of 16 and no table: today's bytes, another kernel */
+    {"trtllm_b128", 128, 2, 2, 1, 1, 0}, /* TensorRT-LLM: kv and score planes with a table each, biased */
+    {"trtllm_b256", 256, 2, 2, 1, 1, 0},
+    {"ring_b128", 128, 1, 1, 0, 0, 0}, /* a ring: one 128-row block a request through a table, raw */
+};
+#define BENCH_MAX_CALL_REQS (BENCH_MAX_CALL_ROWS / BENCH_EXTEND_LEN) /* requests of a prefill call, at most */
+#define BENCH_ENTRIES_PER_PAGE 2                                     /* cache entries per page */
+#define BENCH_ROPE_POSITIONS 131072 /* rows of the RoPE table: past every window's position */
+#define BENCH_ENTRY_POISON 0xA5     /* the caches' bytes before a check's run */
+#define BENCH_ENTRY_FP8_BYTES (BENCH_HEAD_DIM + 64 + BENCH_HEAD_DIM / 64) /* 584: codes, rope, scales */
+#define BENCH_ENTRY_BF16_BYTES (2 * BENCH_HEAD_DIM)
+
+typedef struct bench_alt {
+  const char *name;
+  const bench_layout *layout; /* NULL: today's layout (and the case's state) */
+  c128_output_kind entry;     /* C128_OUTPUT_POOLED: pooled rows */
+  int epilogue;               /* the pooled launch, then bench's epilogue writes the entries */
+  int owns;                   /* its buffers and arguments are its own (today's are the case's) */
+  double bytes;               /* bytes model of one unit */
+  void *state, *score, *output, *plans_c, *plans_w, *tables, *index, *cache;
+  size_t state_bytes, score_bytes, output_bytes, cache_bytes;
+  int64_t blocks, cells; /* physical blocks of the state; table entries the units use, all sets */
+  c128_decode_args *dargs;
+  c128_prefill_args *pargs;
+  bench_epilogue_args *eargs;        /* [units] */
+  c128_state_layout host_layout;     /* the launches' layout, with the host's tables */
+  int32_t *host_tables[2];           /* kv table, score table (NULL: none / the kv table) */
+  void *host_plans_c, *host_plans_w; /* as the case's */
+} bench_alt;
+
+static int64_t bench_units(const bench_case *c) { return c->nsets * c->calls; }
+static int bench_log2(int64_t v) { /* of a power of two */
+  int k = 0;
+  while (((int64_t)1 << k) < v) ++k;
+  return k;
+}
+static uint64_t bench_mix(uint64_t seed, uint64_t i) { /* splitmix64 */
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static int64_t *bench_shuffle(int64_t n, uint64_t seed) { /* a permutation of 0 .. n - 1 */
+  int64_t *perm = (int64_t *)bench_host((size_t)n * sizeof *perm);
+  for (int64_t i = 0; i < n; ++i) perm[i] = i;
+  for (int64_t i = n - 1; i > 0; --i) {
+    const int64_t j = (int64_t)(bench_mix(seed, (uint64_t)i) % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+  return perm;
+}
+static uint32_t bench_narrow(int bf16, float f) { /* a state element's bits: bf16 round to nearest even */
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return bf16 ? (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16 : u;
+}
+static float bench_widen_bf16(uint16_t bits) {
+  const uint32_t u = (uint32_t)bits << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static void bench_alt_today(const bench_case *c, bench_alt *v) {
+  memset(v, 0, sizeof *v);
+  v->name = "today";
+  v->bytes = c->bytes;
+  v->state = c->state, v->state_bytes = c->state_bytes, v->blocks = c->pages;
+  v->output = c->output, v->output_bytes = c->output_bytes;
+  v->dargs = c->dargs, v->pargs = c->pargs;
+  v->host_plans_c = c->host_plans_c, v->host_plans_w = c->host_plans_w;
+}
+
+static void bench_alt_free(bench_alt *v) {
+  if (v->owns) {
+    bench_release(v->state), bench_release(v->score), bench_release(v->output), bench_release(v->plans_c);
+    bench_release(v->plans_w), bench_release(v->tables), bench_release(v->index), bench_release(v->cache);
+    free(v->dargs), free(v->pargs), free(v->eargs), free(v->host_tables[0]), free(v->host_tables[1]);
+    free(v->host_plans_c), free(v->host_plans_w);
+  }
+  memset(v, 0, sizeof *v);
+}
+
+/* One unit of a variant: its decode launch, or its prefill calls; the split path's epilogue after
+   each. On the host runner when there is no GPU (--cpu-check). */
+static void bench_run_alt(const bench_case *c, const bench_alt *v, int64_t set, cudaStream_t s) {
+  for (int k = 0; k < c->calls; ++k) {
+    const int64_t u = set * c->calls + k;
+    if (bench_gpu) {
+      if (c->decode) BENCH_C128(bench_libs[0].decode(&v->dargs[set], s));
+      else BENCH_C128(bench_libs[0].prefill(&v->pargs[u], s));
+      if (v->epilogue) BENCH_CUDA(bench_entry_epilogue(&v->eargs[u], s));
+    } else {
+      if (c->decode) BENCH_C128(bench_libs[0].decode_host(&v->dargs[set], NULL));
+      else BENCH_C128(bench_libs[0].prefill_host(&v->pargs[u], NULL));
+      if (v->epilogue) bench_entry_epilogue_host(&v->eargs[u]);
+    }
+  }
+}
+
+/* The positions [begin, end) of request rid that a unit keeps in the state: a boundary decode's
+   window and new row, another decode's new row; a prefill request's window rows from before the
+   batch (buffer_len) and its persisted tail (DESIGN 5.3: write_all off, no speculation). First,
+   for every request, the empty range at its seq_len: the positions a table must cover. */
+typedef void (*bench_range_fn)(void *ctx, int32_t rid, int64_t begin, int64_t end);
+static void bench_state_ranges(const bench_case *c, bench_range_fn fn, void *ctx) {
+  if (c->decode) {
+    for (int64_t q = 0; q < c->nsets * c->size; ++q) {
+      const int64_t seq = c->reqs[q].seq_len;
+      fn(ctx, c->reqs[q].pool_index, seq, seq);
+      fn(ctx, c->reqs[q].pool_index, bench_is_boundary(c->kind, q) ? seq - C128_WINDOW : seq - 1, seq);
+    }
+    return;
+  }
+  c128_request reqs[BENCH_MAX_CALL_REQS];
+  for (int64_t r = 0; r < c->nsets; ++r)
+    for (int k = 0; k < c->calls; ++k) {
+      const int64_t n = bench_prefill_requests(c, r, k, reqs);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t seq = reqs[i].seq_len, prefix = seq - reqs[i].extend_len, tail = seq / C128_WINDOW * C128_WINDOW;
+        fn(ctx, reqs[i].pool_index, seq, seq);
+        if (seq / C128_WINDOW > prefix / C128_WINDOW && prefix % C128_WINDOW)
+          fn(ctx, reqs[i].pool_index, prefix / C128_WINDOW * C128_WINDOW, prefix);
+        if ((tail > prefix ? tail : prefix) < seq) fn(ctx, reqs[i].pool_index, tail > prefix ? tail : prefix, seq);
+      }
+    }
+}
+
+/* A layout's table cells: cell rid * stride + column maps positions column * B .. of rid (mod R). */
+typedef struct bench_cells {
+  int shift;             /* log2 B */
+  int64_t ring, stride;  /* R = 2^row_shift, table columns */
+  int64_t max_end, used; /* the longest request; cells the ranges cover, counted per range */
+  uint8_t *mark;         /* [table rows * stride] */
+} bench_cells;
+static void bench_range_end(void *ctx, int32_t rid, int64_t begin, int64_t end) {
+  bench_cells *k = (bench_cells *)ctx;
+  (void)rid, (void)begin;
+  if (end > k->max_end) k->max_end = end;
+}
+static void bench_range_mark(void *ctx, int32_t rid, int64_t begin, int64_t end) {
+  bench_cells *k = (bench_cells *)ctx;
+  for (int64_t at = begin; at < end; at = ((at >> k->shift) + 1) << k->shift, ++k->used)
+    k->mark[rid * k->stride + ((at & (k->ring - 1)) >> k->shift)] = 1;
+}
+
+/* The variant of case c in layout L: physical blocks for the cells the units use (shuffled, per
+   plane), today's rows gathered into them, the planner's logical plans, the launches' arguments.
+   Without alloc (--cpu-check's large cases) the tables and plans only. */
+static void bench_build_layout(const bench_case *c, const bench_layout *L, bench_alt *v, int alloc) {
+  memset(v, 0, sizeof *v);
+  v->name = L->name, v->layout = L, v->owns = 1;
+  const int64_t B = L->block_rows, D = BENCH_HEAD_DIM, units = bench_units(c);
+  const size_t es = c->state_bf16 ? 2 : 4;
+  bench_cells k;
+  memset(&k, 0, sizeof k);
+  k.shift = bench_log2(B);
+  bench_state_ranges(c, bench_range_end, &k);
+  int row_shift = 7; /* R = 128, or beyond every position */
+  while (L->by_position && ((int64_t)1 << row_shift) < k.max_end) ++row_shift;
+  k.ring = (int64_t)1 << row_shift;
+  const int64_t table_rows = c->pages, span = k.ring < k.max_end ? k.ring : k.max_end;
+  k.stride = L->tables ? (span + B - 1) / B : 0;
+  int64_t *src[2] = {NULL, NULL}; /* today's row of each physical row, per plane */
+  if (L->tables) {
+    if (table_rows << row_shift > ((int64_t)1 << 31)) {
+      fprintf(stderr, "%s: %lld table rows at row_shift %d pass 2^31 logical rows\n", L->name, (long long)table_rows,
+              row_shift);
+      exit(1);
+    }
+    const int64_t cells = table_rows * k.stride;
+    k.mark = (uint8_t *)calloc((size_t)cells, 1);
+    if (!k.mark) exit(1);
+    bench_state_ranges(c, bench_range_mark, &k);
+    int64_t n = 0;
+    for (int64_t i = 0; i < cells; ++i) n += k.mark[i];
+    int64_t *list = (int64_t *)bench_host((size_t)n * sizeof *list);
+    for (int64_t i = 0, j = 0; i < cells; ++i)
+      if (k.mark[i]) list[j++] = i;
+    v->blocks = L->null_block + n > 0 ? L->null_block + n : 1;
+    for (int t = 0; t < L->tables; ++t) {
+      int64_t *perm = bench_shuffle(n, 0x7AB1E + (uint64_t)t);
+      v->host_tables[t] = (int32_t *)bench_host((size_t)cells * sizeof(int32_t));
+      for (int64_t i = 0; i < cells; ++i) v->host_tables[t][i] = L->null_block ? 0 : -1;
+      for (int64_t i = 0; i < n; ++i) v->host_tables[t][list[i]] = (int32_t)(L->null_block + perm[i]);
+      free(perm);
+    }
+    for (int plane = 0; plane < L->planes; ++plane) {
+      const int32_t *table = v->host_tables[plane && L->tables == 2];
+      src[plane] = (int64_t *)bench_host((size_t)(v->blocks * B) * sizeof(int64_t));
+      for (int64_t i = 0; i < v->blocks * B; ++i) src[plane][i] = -1;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t rid = list[i] / k.stride, column = list[i] % k.stride, block = table[list[i]];
+        for (int64_t r = 0; r < B; ++r) /* today's ring of 128: row = pool index * 128 + position mod 128 */
+          src[plane][block * B + r] = rid * C128_WINDOW + (column * B + r) % C128_WINDOW;
+      }
+    }
+    free(list), free(k.mark);
+    v->cells = k.used;
+  } else { /* plans name physical rows: today's rows, in blocks of B */
+    v->blocks = c->pages * C128_WINDOW / B;
+    for (int plane = 0; plane < L->planes; ++plane) {
+      src[plane] = (int64_t *)bench_host((size_t)(v->blocks * B) * sizeof(int64_t));
+      for (int64_t i = 0; i < v->blocks * B; ++i) src[plane][i] = i;
+    }
+  }
+  c128_state_layout *lay = &v->host_layout;
+  lay->block_rows = L->block_rows, lay->score_biased = L->biased;
+  lay->block_table = v->host_tables[0], lay->score_block_table = v->host_tables[1];
+  if (L->tables) lay->table_rows = table_rows, lay->table_stride = k.stride, lay->row_shift = row_shift;
+  v->bytes = c->bytes + 4.0 * L->tables * (double)v->cells / (double)c->nsets; /* + the table entries */
+
+  const int64_t plane_elems = L->planes == 2 ? D : 2 * D, rows = v->blocks * B;
+  v->state_bytes = (size_t)(rows * plane_elems) * es;
+  v->score_bytes = L->planes == 2 ? v->state_bytes : 0;
+  const size_t table_bytes = L->tables ? (size_t)(table_rows * k.stride) * sizeof(int32_t) : 0;
+  if (alloc) {
+    v->state = bench_alloc(v->state_bytes);
+    if (L->planes == 2) v->score = bench_alloc(v->score_bytes);
+    v->output = bench_alloc(c->output_bytes), v->output_bytes = c->output_bytes;
+    bench_poison(v->output, v->output_bytes);
+    if (L->tables) {
+      v->tables = bench_alloc((size_t)L->tables * table_bytes);
+      for (int t = 0; t < L->tables; ++t)
+        bench_upload((char *)v->tables + t * table_bytes, v->host_tables[t], table_bytes);
+    }
+    for (int plane = 0; plane < L->planes; ++plane) {
+      void *dst = plane ? v->score : v->state;
+      const int64_t offset = plane ? D : 0;
+      if (!bench_gpu) {
+        bench_gather_host(dst, rows, plane_elems, offset, src[plane], c->state, c->ape, L->biased, c->state_bf16);
+        continue;
+      }
+      int64_t *map = (int64_t *)bench_alloc((size_t)rows * sizeof(int64_t));
+      bench_upload(map, src[plane], (size_t)rows * sizeof(int64_t));
+      BENCH_CUDA(cudaDeviceSynchronize()); /* the pageable upload lands before the gather reads it */
+      BENCH_CUDA(bench_gather_device(dst, rows, plane_elems, offset, map, c->state, c->ape, L->biased, c->state_bf16,
+                                     bench_stream));
+      BENCH_CUDA(cudaStreamSynchronize(bench_stream));
+      bench_release(map);
+    }
+  }
+  free(src[0]), free(src[1]);
+
+  /* The planner, on the host's tables; the launches get the device's. */
+  c128_ring ring;
+  memset(&ring, 0, sizeof ring);
+  ring.state_pages = L->tables ? v->blocks : c->pages; /* untabled: today's pages (it plans today's rows) */
+  ring.state_layout = *lay;
+  ring.state_layout.score_plane = L->planes == 2 ? (v->score ? v->score : (void *)&ring) : NULL; /* only tested */
+  ring.has_null_block = L->null_block, ring.null_block = 0;
+  c128_state_layout dev = *lay;
+  dev.score_plane = v->score;
+  dev.block_table = L->tables ? (const int32_t *)v->tables : NULL;
+  dev.score_block_table = L->tables == 2 && v->tables ? (const int32_t *)((char *)v->tables + table_bytes) : NULL;
+  if (c->decode) {
+    const int64_t Bq = c->size;
+    c128_decode_plan *plans = (c128_decode_plan *)bench_host((size_t)(c->nsets * Bq) * sizeof *plans);
+    for (int64_t r = 0; r < c->nsets; ++r)
+      BENCH_C128(bench_two_warp_plan_decode(&ring, c->reqs + r * Bq, Bq, plans + r * Bq));
+    v->host_plans_c = plans;
+    v->dargs = (c128_decode_args *)bench_host((size_t)c->nsets * sizeof *v->dargs);
+    if (alloc) {
+      v->plans_c = bench_alloc(c->plans_c_bytes);
+      bench_upload(v->plans_c, plans, c->plans_c_bytes);
+    }
+    for (int64_t r = 0; r < c->nsets; ++r) {
+      c128_decode_args *a = &v->dargs[r];
+      *a = c->dargs[r];
+      a->state = v->state, a->state_pages = v->blocks, a->state_layout = dev;
+      a->output = v->output ? (char *)v->output + (size_t)(r * Bq) * BENCH_OUTPUT_ROW_BYTES : NULL;
+      a->plans = v->plans_c ? (const c128_decode_plan *)v->plans_c + r * Bq : NULL;
+    }
+    return;
+  }
+  c128_compress_plan *all_c = (c128_compress_plan *)calloc((size_t)(units * c->nc_max) + 1, sizeof *all_c);
+  c128_write_plan *all_w = (c128_write_plan *)calloc((size_t)(units * c->nw_max) + 1, sizeof *all_w);
+  v->pargs = (c128_prefill_args *)bench_host((size_t)units * sizeof *v->pargs);
+  if (!all_c || !all_w) exit(1);
+  c128_request reqs[BENCH_MAX_CALL_REQS];
+  for (int64_t u = 0; u < units; ++u) {
+    c128_prefill_plans p;
+    memset(&p, 0, sizeof p);
+    p.compress = all_c + u * c->nc_max, p.write = all_w + u * c->nw_max, p.capacity = c->rows;
+    BENCH_C128(bench_two_warp_plan_prefill(&ring, reqs,
+                                           bench_prefill_requests(c, u / c->calls, (int)(u % c->calls), reqs), 0, &p));
+    if (p.num_compress != c->pargs[u].num_compress || p.num_write != c->pargs[u].num_write) {
+      fprintf(stderr, "%s: plan counts differ from today's layout's\n", L->name);
+      exit(1);
+    }
+  }
+  v->host_plans_c = all_c, v->host_plans_w = all_w;
+  if (alloc) {
+    v->plans_c = bench_alloc(c->plans_c_bytes);
+    bench_upload(v->plans_c, all_c, c->plans_c_bytes);
+    if (c->plans_w_bytes) {
+      v->plans_w = bench_alloc(c->plans_w_bytes);
+      bench_upload(v->plans_w, all_w, c->plans_w_bytes);
+    }
+  }
+  for (int64_t u = 0; u < units; ++u) {
+    c128_prefill_args *a = &v->pargs[u];
+    *a = c->pargs[u];
+    a->state = v->state, a->state_pages = v->blocks, a->state_layout = dev;
+    a->output = v->output ? (char *)v->output + (size_t)(u * c->nc_max) * BENCH_OUTPUT_ROW_BYTES : NULL;
+    a->compress_plans = v->plans_c ? (const c128_compress_plan *)v->plans_c + u * c->nc_max : NULL;
+    a->write_plans = v->plans_w && c->nw_max ? (const c128_write_plan *)v->plans_w + u * c->nw_max : NULL;
+  }
+}
+
+/* What every cache-entry variant reads: gamma (bf16 values, as a checkpoint holds) and the
+   layer's RoPE table, DeepSeek-V4's compressor table (precompute_freqs_cis: 64 rope channels,
+   base 160000, YaRN factor 16 over an original length of 65536, beta 32 and 1; phi = fl32(p * f),
+   no mscale). Built once, in the benchmark's memory. */
+static float *bench_gamma, *bench_rope;
+static void bench_entry_inputs(void) {
+  if (bench_rope) return;
+  const double base = 160000.0, factor = 16.0, original = 65536.0, pi = 3.14159265358979323846;
+  const double fast = 64.0 * log(original / (32.0 * 2.0 * pi)) / (2.0 * log(base)); /* beta_fast 32 */
+  const double slow = 64.0 * log(original / (1.0 * 2.0 * pi)) / (2.0 * log(base));  /* beta_slow 1 */
+  const double low = fmax(floor(fast), 0.0), high = fmin(ceil(slow), 63.0) + (floor(fast) == ceil(slow) ? 0.001 : 0);
+  float freq[32], gamma[BENCH_HEAD_DIM];
+  for (int i = 0; i < 32; ++i) {
+    const float f = (float)(1.0 / pow(base, 2.0 * i / 64.0));
+    const double smooth = 1.0 - fmin(fmax((i - low) / (high - low), 0.0), 1.0);
+    freq[i] = (float)(f / factor * (1.0 - smooth) + f * smooth);
+  }
+  const size_t rope_bytes = (size_t)BENCH_ROPE_POSITIONS * 64 * sizeof(float);
+  float *rope = (float *)bench_host(rope_bytes);
+  for (int64_t p = 0; p < BENCH_ROPE_POSITIONS; ++p)
+    for (int i = 0; i < 32; ++i) {
+      const float phi = (float)p * freq[i];
+      rope[(p * 32 + i) * 2] = (float)cos(phi), rope[(p * 32 + i) * 2 + 1] = (float)sin(phi);
+    }
+  for (int c = 0; c < BENCH_HEAD_DIM; ++c)
+    gamma[c] = bench_widen_bf16((uint16_t)bench_narrow(1, (float)(1.0 + 0.3 * sin(0.37 * c) + 0.1 * cos(1.3 * c))));
+  bench_rope = (float *)bench_alloc(rope_bytes);
+  bench_gamma = (float *)bench_alloc(sizeof gamma);
+  bench_upload(bench_rope, rope, rope_bytes);
+  bench_upload(bench_gamma, gamma, sizeof gamma);
+  free(rope);
+}
+
+/* The variant of case c that writes cache entries of `kind`: at a shuffled entry per request
+   (decode) or compress plan (prefill), entries_per_page 2, FlashMLA's page stride for FP8
+   (ceil(584 P / 576) * 576 bytes), 2 D P bytes for BF16; fused in the launch, or (epilogue) the
+   pooled launch into rows of its own, then bench's epilogue. Both paths of a kind put each
+   window's entry at the same place. Bytes model: the pooled path's, less the pooled rows, plus
+   the entries. */
+static void bench_build_entry(const bench_case *c, c128_output_kind kind, int epilogue, bench_alt *v, int alloc) {
+  static const char *const names[2][2] = {{"fused_fp8", "split_fp8"}, {"fused_bf16", "split_bf16"}};
+  memset(v, 0, sizeof *v);
+  const int fp8 = kind == C128_OUTPUT_DSV4_FP8;
+  v->name = names[!fp8][epilogue != 0], v->entry = kind, v->epilogue = epilogue, v->owns = 1;
+  const int64_t P = BENCH_ENTRIES_PER_PAGE, units = bench_units(c), wide = BENCH_HEAD_DIM + 64;
+  const int64_t entry_bytes = fp8 ? BENCH_ENTRY_FP8_BYTES : BENCH_ENTRY_BF16_BYTES;
+  const int64_t page_bytes = fp8 ? (entry_bytes * P + wide - 1) / wide * wide : entry_bytes * P;
+  const int64_t total = c->decode ? c->nsets * c->size : units * c->nc_max; /* an entry for each output row */
+  const int64_t cache_pages = (total + P - 1) / P > 0 ? (total + P - 1) / P : 1;
+  v->bytes = c->bytes + c->emitted * (double)(entry_bytes - (int64_t)BENCH_OUTPUT_ROW_BYTES);
+  int64_t *perm = bench_shuffle(total, 0xE27 + (uint64_t)c->size);
+  const int64_t index_rows = c->decode ? total : units * c->rows;
+  int64_t *index = (int64_t *)bench_host((size_t)index_rows * sizeof *index);
+  if (c->decode) {
+    memcpy(index, perm, (size_t)total * sizeof *index);
+  } else { /* by input row: the window that ends at row ragged_id */
+    for (int64_t i = 0; i < index_rows; ++i) index[i] = -1;
+    for (int64_t u = 0; u < units; ++u)
+      for (int64_t k = 0; k < c->pargs[u].num_compress; ++k)
+        index[u * c->rows + ((const c128_compress_plan *)c->host_plans_c)[u * c->nc_max + k].ragged_id] =
+            perm[u * c->nc_max + k];
+  }
+  free(perm);
+  c128_entry_args e;
+  memset(&e, 0, sizeof e);
+  e.kind = kind;
+  e.norm_weight = bench_gamma, e.norm_eps = 1e-6f;
+  e.rope_table = bench_rope, e.rope_positions = BENCH_ROPE_POSITIONS;
+  e.cache_pages = cache_pages, e.entries_per_page = (int32_t)P, e.page_bytes = page_bytes;
+  v->cache_bytes = (size_t)(cache_pages * page_bytes);
+  if (alloc) {
+    bench_entry_inputs();
+    e.norm_weight = bench_gamma, e.rope_table = bench_rope;
+    v->index = bench_alloc((size_t)index_rows * sizeof *index);
+    bench_upload(v->index, index, (size_t)index_rows * sizeof *index);
+    v->cache = bench_alloc(v->cache_bytes);
+    bench_memset(v->cache, BENCH_ENTRY_POISON, v->cache_bytes);
+    e.cache = v->cache;
+    if (epilogue) {
+      v->output = bench_alloc(c->output_bytes), v->output_bytes = c->output_bytes;
+      bench_poison(v->output, v->output_bytes);
+    }
+  }
+  free(index);
+  const int64_t *dindex = (const int64_t *)v->index;
+  if (epilogue) v->eargs = (bench_epilogue_args *)calloc((size_t)units, sizeof *v->eargs);
+  if (c->decode) v->dargs = (c128_decode_args *)bench_host((size_t)c->nsets * sizeof *v->dargs);
+  else v->pargs = (c128_prefill_args *)bench_host((size_t)units * sizeof *v->pargs);
+  if (epilogue && !v->eargs) exit(1);
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t rows_before = c->decode ? u * c->size : u * c->nc_max; /* output rows of earlier units */
+    const int64_t *at = dindex ? dindex + (c->decode ? u * c->size : u * c->rows) : NULL;
+    char *pooled = v->output ? (char *)v->output + (size_t)rows_before * BENCH_OUTPUT_ROW_BYTES : NULL;
+    if (c->decode) {
+      c128_decode_args *a = &v->dargs[u];
+      *a = c->dargs[u];
+      if (epilogue) a->output = pooled;
+      else a->output = NULL, a->output_rows = 0, a->output_index = at, a->entry = e;
+    } else {
+      c128_prefill_args *a = &v->pargs[u];
+      *a = c->pargs[u];
+      if (epilogue) a->output = pooled;
+      else a->output = NULL, a->output_rows = 0, a->output_index = at, a->entry = e;
+    }
+    if (epilogue) {
+      bench_epilogue_args *g = &v->eargs[u];
+      g->decode = c->decode;
+      g->plans = c->decode ? (const void *)c->dargs[u].plans : (const void *)c->pargs[u].compress_plans;
+      g->num_plans = c->decode ? c->size : c->pargs[u].num_compress;
+      g->pooled = (const float *)pooled, g->output_index = at, g->entry = e;
+    }
+  }
+}
+
+/* ---- checks of a group of variants ------------------------------------------------------- */
+/* Physical row of a variant's logical row in plane 0 (kv) or 1 (scores): through its table, or
+   the row itself (today's layout, untabled layouts). */
+static int64_t bench_alt_row(const bench_alt *v, int plane, int64_t logical) {
+  const c128_state_layout *l = &v->host_layout;
+  if (!l->block_table) return logical;
+  const int32_t *table = plane && v->host_tables[1] ? v->host_tables[1] : v->host_tables[0];
+  const int shift = bench_log2(l->block_rows);
+  const int64_t at = logical & (((int64_t)1 << l->row_shift) - 1);
+  const int64_t block = table[(logical >> l->row_shift) * l->table_stride + (at >> shift)];
+  return (block << shift) + (at & ((1 << shift) - 1));
+}
+
+/* The token of input row `in` written into a variant's state (host memory) at logical row
+   `logical`, as the kernels write it: narrowed to the state's dtype, scores with ape's row
+   added first in a biased layout. */
+static void bench_expect_write(const bench_case *c, const bench_alt *v, void *kv, void *score, int64_t logical,
+                               const float *in) {
+  const int D = BENCH_HEAD_DIM, split = v->layout && v->layout->planes == 2, biased = v->layout && v->layout->biased;
+  const int64_t rows[2] = {bench_alt_row(v, 0, logical), bench_alt_row(v, 1, logical)};
+  for (int e = 0; e < 2 * D; ++e) {
+    const int half = e >= D;
+    const float x = half && biased ? in[e] + c->ape[(logical % C128_WINDOW) * D + e - D] : in[e];
+    const int64_t at = split ? rows[half] * D + e - half * D : rows[0] * 2 * D + e;
+    const uint32_t bits = bench_narrow(c->state_bf16, x);
+    if (c->state_bf16) ((uint16_t *)(split && half ? score : kv))[at] = (uint16_t)bits;
+    else memcpy((float *)(split && half ? score : kv) + at, &bits, 4);
+  }
+}
+/* What set 0 writes into a variant's state, applied to a copy of its state before the run. */
+static void bench_expect_state(const bench_case *c, const bench_alt *v, void *kv, void *score) {
+  if (c->decode) {
+    for (int64_t b = 0; b < c->size; ++b) {
+      const c128_decode_plan *plan = (const c128_decode_plan *)v->host_plans_c + b;
+      if (plan->seq_len && plan->write_loc >= 0)
+        bench_expect_write(c, v, kv, score, plan->write_loc, (const float *)c->input + b * BENCH_ROW_ELEMS);
+    }
+    return;
+  }
+  for (int k = 0; k < c->calls; ++k)
+    for (int64_t j = 0; j < c->pargs[k].num_write; ++j) {
+      const c128_write_plan *w = (const c128_write_plan *)v->host_plans_w + k * c->nw_max + j;
+      bench_expect_write(c, v, kv, score, w->write_loc,
+                         (const float *)c->pargs[k].input + (int64_t)w->ragged_id * BENCH_ROW_ELEMS);
+    }
+}
+
+/* Entries of a cache that a run wrote (any byte of the entry changed from the poison). */
+static int64_t bench_entries_written(const bench_alt *v, const unsigned char *cache) {
+  const int fp8 = v->entry == C128_OUTPUT_DSV4_FP8;
+  const int64_t P = BENCH_ENTRIES_PER_PAGE, wide = BENCH_HEAD_DIM + 64, size = fp8 ? wide : BENCH_ENTRY_BF16_BYTES;
+  const int64_t page_bytes = fp8 ? (BENCH_ENTRY_FP8_BYTES * P + wide - 1) / wide * wide : BENCH_ENTRY_BF16_BYTES * P;
+  int64_t n = 0;
+  for (int64_t page = 0; page < (int64_t)v->cache_bytes / page_bytes; ++page)
+    for (int64_t t = 0; t < P; ++t) {
+      const unsigned char *entry = cache + page * page_bytes + t * size;
+      for (int64_t i = 0; i < size; ++i)
+        if (entry[i] != BENCH_ENTRY_POISON) {
+          ++n;
+          break;
+        }
+    }
+  return n;
+}
+
+/* Appends to a check's message, which truncates. */
+static void bench_say(char *msg, size_t size, size_t *used, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (*used < size) *used += (size_t)vsnprintf(msg + *used, size - *used, fmt, ap);
+  va_end(ap);
+}
+#define BENCH_MSG(...) bench_say(msg, size, &used, __VA_ARGS__)
+
+/* Runs set 0 of each variant of a group once, each from the case's initial state (those that
+   write the case's own state get `snapshot` back first; a layout's state is fresh), on the GPU or
+   the host runner, and compares what must agree, bit for bit: every pooled row of a layout and of
+   the split path with today's (for a biased layout with bf16 state only when `biased_exact`: its
+   stored scores are rounded once with ape added, today's without, so otherwise its largest
+   difference is reported, not judged); the entries of the split path, byte for byte over the
+   whole cache, with the fused path's of the same kind, and their count. deep (host memory only):
+   also each variant's state after the run, which must be its state before with exactly set 0's
+   new tokens written where its plans put them (bench_expect_state), and the entry paths' states
+   equal to today's. Alts[0] is today's. Returns the failures; msg says what was found (no commas:
+   it goes into the CSV). */
+static int bench_check_group(const bench_case *c, const void *snapshot, bench_alt *const *alts, int n, int deep,
+                             int biased_exact, char *msg, size_t size) {
+  const size_t out_bytes = (size_t)c->out_rows_per_unit * BENCH_OUTPUT_ROW_BYTES;
+  const int64_t expect = c->decode ? c->boundary_in_set0 : c->compress_per_unit; /* windows of set 0 */
+  float *ref = (float *)bench_host(out_bytes), *got = (float *)bench_host(out_bytes);
+  unsigned char *caches[BENCH_MAX_VARIANTS] = {NULL};
+  void *today_after = deep ? bench_host(c->state_bytes) : NULL;
+  int failures = 0;
+  size_t used = 0;
+  msg[0] = 0;
+  for (int i = 0; i < n; ++i) {
+    const bench_alt *v = alts[i];
+    void *state = v->layout ? v->state : c->state;
+    if (!v->layout) bench_copy_mem(c->state, snapshot, c->state_bytes);
+    void *before[2] = {NULL, NULL};
+    if (deep) {
+      before[0] = bench_host(v->layout ? v->state_bytes : c->state_bytes), before[1] = bench_host(v->score_bytes);
+      memcpy(before[0], state, v->layout ? v->state_bytes : c->state_bytes);
+      if (v->score_bytes) memcpy(before[1], v->score, v->score_bytes);
+    }
+    if (v->output) bench_poison(v->output, out_bytes);
+    if (v->cache) bench_memset(v->cache, BENCH_ENTRY_POISON, v->cache_bytes);
+    bench_run_alt(c, v, 0, bench_stream);
+    if (bench_gpu) BENCH_CUDA(cudaStreamSynchronize(bench_stream));
+    if (v->cache) {
+      caches[i] = (unsigned char *)bench_host(v->cache_bytes);
+      bench_download(caches[i], v->cache, v->cache_bytes);
+    }
+    if (v->output) bench_download(i ? got : ref, v->output, out_bytes);
+    if (i == 0) {
+      int64_t written = 0;
+      for (size_t j = 0; j < out_bytes / sizeof(float); ++j) written += ref[j] == ref[j];
+      const int ok = written == expect * BENCH_HEAD_DIM;
+      failures += !ok;
+      BENCH_MSG("today %lld values%s", (long long)written, ok ? "" : " (FAILED: expected more)");
+    } else if (v->output) {
+      int64_t differ = 0;
+      double err = 0.0;
+      for (size_t j = 0; j < out_bytes / sizeof(float); ++j)
+        if (memcmp(&ref[j], &got[j], sizeof(float)) && !(ref[j] != ref[j] && got[j] != got[j])) {
+          ++differ;
+          if (fabs((double)ref[j] - got[j]) > err || got[j] != got[j]) err = fabs((double)ref[j] - got[j]);
+        }
+      const int judged = !(v->layout && v->layout->biased && c->state_bf16 && !biased_exact);
+      failures += judged && differ;
+      if (!differ) BENCH_MSG("; %s pooled = today's", v->name);
+      else
+        BENCH_MSG("; %s %lld values differ (max %.1e)%s", v->name, (long long)differ, err,
+                  judged ? " FAILED" : " by design: bf16 of score + ape");
+    }
+    if (v->cache) {
+      const int64_t entries = bench_entries_written(v, caches[i]);
+      int same = 1;
+      if (v->epilogue && i > 0 && alts[i - 1]->entry == v->entry && caches[i - 1])
+        same = !memcmp(caches[i - 1], caches[i], v->cache_bytes);
+      failures += entries != expect || !same;
+      BENCH_MSG("; %s %lld entries%s%s", v->name, (long long)entries, entries == expect ? "" : " (FAILED)",
+                !v->epilogue ? ""
+                : same       ? " = fused bytes"
+                             : " FAILED: differ from fused");
+    }
+    if (deep) {
+      int ok;
+      if (v->layout || i == 0) {
+        bench_expect_state(c, v, before[0], before[1]);
+        ok = !memcmp(before[0], state, v->layout ? v->state_bytes : c->state_bytes) &&
+             (!v->score_bytes || !memcmp(before[1], v->score, v->score_bytes));
+        if (i == 0) memcpy(today_after, c->state, c->state_bytes);
+      } else {
+        ok = !memcmp(today_after, c->state, c->state_bytes);
+      }
+      failures += !ok;
+      BENCH_MSG(" (state %s)", ok ? "ok" : "FAILED");
+      free(before[0]), free(before[1]);
+    }
+  }
+  for (int i = 0; i < n; ++i) free(caches[i]);
+  free(ref), free(got), free(today_after);
+  return failures;
+}
+#undef BENCH_MSG
+
+/* The timed unit of a group: variant v's unit. */
+typedef struct bench_group {
+  const bench_case *c;
+  const bench_alt *alt[BENCH_MAX_VARIANTS];
+} bench_group;
+static void bench_unit_group(void *ctx, int variant, int64_t index, cudaStream_t s) {
+  const bench_group *g = (const bench_group *)ctx;
+  bench_run_alt(g->c, g->alt[variant], index % g->c->nsets, s);
+}
+
 /* ---- the runs --------------------------------------------------------------------------- */
-static int bench_selected(const char *name) { return !bench_opt.filter || strstr(name, bench_opt.filter); }
+/* --filter: substrings separated by '|', any of which selects a case. */
+static int bench_selected(const char *name) {
+  if (!bench_opt.filter) return 1;
+  for (const char *f = bench_opt.filter; *f;) {
+    const size_t len = strcspn(f, "|");
+    for (const char *at = name; len && *at; ++at)
+      if (!strncmp(at, f, len)) return 1;
+    f += len + (f[len] == '|');
+  }
+  return 0;
+}
 
 static int bench_batch_index(int64_t B) {
   for (int i = 0; i < BENCH_COUNT(bench_batches); ++i)
@@ -684,7 +1378,7 @@ static double bench_measure_copy(const char *label) {
   BENCH_CUDA(bench_fill_device(ctx.src, (int64_t)(ctx.bytes / 4096), 1024, 1024, 0, 1.0f, 1.0f, 7, bench_stream));
   BENCH_CUDA(bench_fill_device(ctx.dst, (int64_t)(ctx.bytes / 4096), 1024, 1024, 0, 1.0f, 1.0f, 8, bench_stream));
   bench_runner r = {bench_unit_copy, &ctx, 1, 2, 1, 1 << BENCH_STREAM};
-  bench_stats st[2][BENCH_MODES];
+  bench_stats st[BENCH_MAX_VARIANTS][BENCH_MODES];
   bench_measure(&r, st);
   const double bytes = 2.0 * (double)ctx.bytes; /* read + written */
   const double gbps = bytes / (st[0][BENCH_STREAM].median * 1e-6) / 1e9;
@@ -720,7 +1414,7 @@ static double bench_measure_read(const char *label) {
   BENCH_CUDA(cudaMalloc((void **)&ctx.sink, (size_t)ctx.blocks * sizeof(unsigned)));
   BENCH_CUDA(bench_fill_device(ctx.src, (int64_t)(ctx.bytes / 4096), 1024, 1024, 0, 1.0f, 1.0f, 9, bench_stream));
   bench_runner r = {bench_unit_read, &ctx, 1, 1, 1, 1 << BENCH_STREAM};
-  bench_stats st[2][BENCH_MODES];
+  bench_stats st[BENCH_MAX_VARIANTS][BENCH_MODES];
   bench_measure(&r, st);
   const double bytes = (double)ctx.bytes, gbps = bytes / (st[0][BENCH_STREAM].median * 1e-6) / 1e9;
   if (bench_read_gbps == 0.0) bench_read_gbps = gbps;
@@ -747,7 +1441,7 @@ static void bench_measure_empty(void) {
     int64_t grid = bench_decode_grid(bench_batches[i]);
     bench_runner r = {
         bench_unit_empty, &grid, 1, 1, 1, (1 << BENCH_STREAM) | (1 << BENCH_GRAPH) | (1 << BENCH_STEP_GRAPH)};
-    bench_stats st[2][BENCH_MODES];
+    bench_stats st[BENCH_MAX_VARIANTS][BENCH_MODES];
     bench_measure(&r, st);
     for (int m = 0; m < BENCH_MODES; ++m) {
       bench_empty[i][m] = st[0][m];
@@ -771,7 +1465,7 @@ static void bench_one_case(bench_kind kind, int bf16, int64_t size) {
   }
   const int modes = (1 << BENCH_STREAM) | (1 << BENCH_GRAPH) | (c.decode ? 1 << BENCH_STEP_GRAPH : 0);
   bench_runner r = {bench_unit_case, &c, 2, c.nsets, c.period, modes};
-  bench_stats st[2][BENCH_MODES];
+  bench_stats st[BENCH_MAX_VARIANTS][BENCH_MODES];
   bench_measure(&r, st);
   const int bi = bench_batch_index(size);
   for (int lib = 0; lib < 2; ++lib)
@@ -801,7 +1495,7 @@ static void bench_chain(bench_kind kind, int64_t B) {
   bench_case_build(&c, kind, 0, B, 1);
   bench_runner r = {bench_unit_chain, &c,       2,
                     c.nsets,          c.period, (1 << BENCH_STREAM) | (1 << BENCH_GRAPH) | (1 << BENCH_STEP_GRAPH)};
-  bench_stats st[2][BENCH_MODES];
+  bench_stats st[BENCH_MAX_VARIANTS][BENCH_MODES];
   bench_measure(&r, st);
   const double bytes = c.bytes + 2.0 * (double)B * BENCH_OUTPUT_ROW_BYTES; /* + the consumer's row */
   for (int pdl = 0; pdl < 2; ++pdl)
@@ -813,6 +1507,88 @@ static void bench_chain(bench_kind kind, int64_t B) {
          name, (long long)B, st[0][0].median, st[0][1].median, st[0][2].median, st[1][0].median, st[1][1].median,
          st[1][2].median);
   fflush(stdout);
+  bench_case_free(&c);
+}
+
+/* The variants of one case: each layout A/B against today's (case layout_<case>, variants <layout>
+   and today_vs_<layout>: today's, timed in that pair), then today's pooled launch and the four
+   cache-entry paths in one comparison, A B C D E, E D C B A (case entry_<case>, variants pooled,
+   fused_fp8, split_fp8, fused_bf16, split_bf16). Set 0 of each is checked first (bench_check_group:
+   GPU against GPU, bit for bit), into the check column. */
+static void bench_variant_case(bench_kind kind, int bf16, int64_t size) {
+  char lname[64], ename[64];
+  snprintf(lname, sizeof lname, "layout_%s", bench_kind_names[kind]);
+  snprintf(ename, sizeof ename, "entry_%s", bench_kind_names[kind]);
+  const int layouts = bench_selected(lname), entries = bench_selected(ename);
+  if (!layouts && !entries) return;
+  bench_case c;
+  bench_case_build(&c, kind, bf16, size, 1);
+  void *snapshot = bench_alloc(c.state_bytes);
+  bench_copy_mem(snapshot, c.state, c.state_bytes);
+  bench_alt today;
+  bench_alt_today(&c, &today);
+  const int modes = (1 << BENCH_STREAM) | (1 << BENCH_GRAPH) | (c.decode ? 1 << BENCH_STEP_GRAPH : 0);
+  const int bi = bench_batch_index(size);
+  const char *state = bench_state_name(bf16);
+  for (int l = 0; layouts && l < BENCH_COUNT(bench_layouts); ++l) {
+    bench_alt alt;
+    bench_copy_mem(c.state, snapshot, c.state_bytes); /* the gather reads today's initial state */
+    bench_build_layout(&c, &bench_layouts[l], &alt, 1);
+    if (bench_gpu) BENCH_CUDA(cudaDeviceSynchronize()); /* pageable uploads land before the first launch */
+    bench_alt *pair[2] = {&today, &alt};
+    char check[320];
+    bench_check_group(&c, snapshot, pair, 2, 0, 0, check, sizeof check);
+    bench_group g = {&c, {&today, &alt}};
+    bench_runner r = {bench_unit_group, &g, 2, c.nsets, c.period, modes};
+    bench_stats st[BENCH_MAX_VARIANTS][BENCH_MODES];
+    bench_measure(&r, st);
+    char base[64];
+    snprintf(base, sizeof base, "today_vs_%s", alt.name);
+    for (int v = 0; v < 2; ++v)
+      for (int m = 0; m < BENCH_MODES; ++m) {
+        if (!(modes & (1 << m))) continue;
+        const double empty = c.decode && bi >= 0 ? bench_empty[bi][m].median : 0.0, bytes = v ? alt.bytes : c.bytes;
+        bench_row(lname, state, size, v ? alt.name : base, m, 0, &st[v][m], bytes, empty, c.nsets,
+                  bytes * (double)c.nsets, check);
+      }
+    printf("%-24s %-4s %6lld | today graph %8.2f | %-11s graph %8.2f x%.3f stream x%.3f", lname, state, (long long)size,
+           st[0][BENCH_GRAPH].median, alt.name, st[1][BENCH_GRAPH].median,
+           st[1][BENCH_GRAPH].median / st[0][BENCH_GRAPH].median,
+           st[1][BENCH_STREAM].median / st[0][BENCH_STREAM].median);
+    if (c.decode) printf(" step x%.3f", st[1][BENCH_STEP_GRAPH].median / st[0][BENCH_STEP_GRAPH].median);
+    printf(" | %s\n", check);
+    fflush(stdout);
+    bench_alt_free(&alt);
+  }
+  if (entries) {
+    bench_alt alts[4];
+    for (int i = 0; i < 4; ++i)
+      bench_build_entry(&c, i < 2 ? C128_OUTPUT_DSV4_FP8 : C128_OUTPUT_DSV4_BF16, i % 2, &alts[i], 1);
+    if (bench_gpu) BENCH_CUDA(cudaDeviceSynchronize());
+    bench_alt *group[5] = {&today, &alts[0], &alts[1], &alts[2], &alts[3]};
+    char check[320];
+    bench_check_group(&c, snapshot, group, 5, 0, 0, check, sizeof check);
+    bench_group g = {&c, {&today, &alts[0], &alts[1], &alts[2], &alts[3]}};
+    bench_runner r = {bench_unit_group, &g, 5, c.nsets, c.period, modes};
+    bench_stats st[BENCH_MAX_VARIANTS][BENCH_MODES];
+    bench_measure(&r, st);
+    for (int v = 0; v < 5; ++v)
+      for (int m = 0; m < BENCH_MODES; ++m) {
+        if (!(modes & (1 << m))) continue;
+        const double empty = c.decode && bi >= 0 ? bench_empty[bi][m].median : 0.0;
+        const double bytes = v ? alts[v - 1].bytes : c.bytes;
+        bench_row(ename, state, size, v ? alts[v - 1].name : "pooled", m, 0, &st[v][m], bytes, empty, c.nsets,
+                  bytes * (double)c.nsets, check);
+      }
+    printf("%-24s %-4s %6lld | pooled graph %8.2f", ename, state, (long long)size, st[0][BENCH_GRAPH].median);
+    for (int v = 1; v < 5; ++v)
+      printf(" | %s %8.2f x%.3f", alts[v - 1].name, st[v][BENCH_GRAPH].median,
+             st[v][BENCH_GRAPH].median / st[0][BENCH_GRAPH].median);
+    printf(" | %s\n", check);
+    fflush(stdout);
+    for (int i = 0; i < 4; ++i) bench_alt_free(&alts[i]);
+  }
+  bench_release(snapshot);
   bench_case_free(&c);
 }
 
@@ -843,7 +1619,74 @@ static int bench_profile(void) {
   return 0;
 }
 
-/* --cpu-check: the small cases built in host memory, run by both epilogues' host runners. */
+/* bf16-state cases of --cpu-check: scores and ape on a grid of 1/16, where score + ape is exact in
+   bf16 (|score + ape| < 8 needs 7 bits), so that a biased layout stores exactly what today's
+   windows form and must give today's bits too (with f32 state it does for any data). */
+static void bench_quantize_scores(bench_case *c) {
+  const int D = BENCH_HEAD_DIM;
+  float *in = (float *)c->input;
+  for (int64_t r = 0; r < (int64_t)(c->input_bytes / BENCH_INPUT_ROW_BYTES); ++r)
+    for (int e = D; e < 2 * D; ++e) in[r * 2 * D + e] = roundf(in[r * 2 * D + e] * 16.0f) / 16.0f;
+  for (int i = 0; i < C128_WINDOW * D; ++i) c->ape[i] = roundf(c->ape[i] * 16.0f) / 16.0f;
+  uint16_t *state = (uint16_t *)c->state;
+  for (int64_t r = 0; r < c->pages * C128_WINDOW; ++r)
+    for (int e = D; e < 2 * D; ++e) {
+      uint16_t *at = state + r * 2 * D + e;
+      *at = (uint16_t)bench_narrow(1, roundf(bench_widen_bf16(*at) * 16.0f) / 16.0f);
+    }
+}
+
+/* --cpu-check of a case's variants on the host runner: each layout with today's, then today's
+   pooled launch with the four cache-entry paths, set 0 of each from one initial state, outputs
+   and states compared (bench_check_group, deep). Without `run`, the variants' tables, plans and
+   bytes only (the planner still checks every block the plans use). Returns the failures. */
+static int bench_cpu_variants(bench_case *c, int run) {
+  int failures = 0;
+  if (run && c->state_bf16) bench_quantize_scores(c);
+  void *snapshot = run ? bench_host(c->state_bytes) : NULL;
+  if (run) memcpy(snapshot, c->state, c->state_bytes);
+  bench_alt today;
+  bench_alt_today(c, &today);
+  char check[400];
+  for (int l = 0; l < BENCH_COUNT(bench_layouts); ++l) {
+    bench_alt alt;
+    if (run) memcpy(c->state, snapshot, c->state_bytes); /* the gather reads today's initial state */
+    bench_build_layout(c, &bench_layouts[l], &alt, run);
+    const c128_state_layout *lay = &alt.host_layout;
+    printf("  %-11s blocks %7lld", alt.name, (long long)alt.blocks);
+    if (lay->block_table)
+      printf(" table %5lld x %5lld row_shift %2d", (long long)lay->table_rows, (long long)lay->table_stride,
+             lay->row_shift);
+    else printf(" %-32s", " no table");
+    printf(" bytes/unit %12.0f (+%.0f table)", alt.bytes, alt.bytes - c->bytes);
+    if (run) {
+      bench_alt *pair[2] = {&today, &alt};
+      const int f = bench_check_group(c, snapshot, pair, 2, 1, 1, check, sizeof check);
+      failures += f;
+      printf(" | %s: %s", f ? "FAILED" : "ok", check);
+    }
+    printf("\n");
+    bench_alt_free(&alt);
+  }
+  bench_alt alts[4];
+  for (int i = 0; i < 4; ++i)
+    bench_build_entry(c, i < 2 ? C128_OUTPUT_DSV4_FP8 : C128_OUTPUT_DSV4_BF16, i % 2, &alts[i], run);
+  printf("  entries     cache %lld + %lld bytes, bytes/unit fp8 %.0f bf16 %.0f (pooled %.0f)",
+         (long long)alts[0].cache_bytes, (long long)alts[2].cache_bytes, alts[0].bytes, alts[2].bytes, c->bytes);
+  if (run) {
+    bench_alt *group[5] = {&today, &alts[0], &alts[1], &alts[2], &alts[3]};
+    const int f = bench_check_group(c, snapshot, group, 5, 1, 1, check, sizeof check);
+    failures += f;
+    printf(" | %s: %s", f ? "FAILED" : "ok", check);
+  }
+  printf("\n");
+  for (int i = 0; i < 4; ++i) bench_alt_free(&alts[i]);
+  free(snapshot);
+  return failures;
+}
+
+/* --cpu-check: the small cases built in host memory, run by both epilogues' host runners, then
+   their variants (bench_cpu_variants). */
 static int bench_cpu_check(void) {
   static const struct {
     bench_kind kind;
@@ -897,9 +1740,12 @@ static int bench_cpu_check(void) {
       failures += !ok;
       printf(" | host runners: %lld values (expect %lld), two_warp vs legacy max diff %.1e %s", (long long)written,
              (long long)expect, err, ok ? "ok" : "FAILED");
+      memcpy(c.state, state0, c.state_bytes);
       free(out[0]), free(out[1]), free(state0);
     }
     printf("\n");
+    failures += bench_cpu_variants(&c, list[i].run);
+    fflush(stdout);
     bench_case_free(&c);
   }
   printf("%s\n", failures ? "cpu check FAILED" : "cpu check ok");
@@ -958,7 +1804,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--cpu-check")) bench_opt.cpu_check = 1;
     else {
       fprintf(stderr,
-              "usage: %s [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING] "
+              "usage: %s [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]] "
               "[--profile CASE:SIZE:STATE] [--cpu-check]\n",
               argv[0]);
       return 2;
@@ -1006,6 +1852,16 @@ int main(int argc, char **argv) {
   bench_chain(BENCH_DECODE_BOUNDARY, 128);
   bench_chain(BENCH_DECODE_OFF, 64);
   bench_chain(BENCH_DECODE_MIX, 256);
+  for (int kind = BENCH_DECODE_BOUNDARY; kind <= BENCH_DECODE_MIX; ++kind)
+    for (int bf16 = 0; bf16 < 2; ++bf16)
+      for (int i = 0; i < nb; ++i) {
+        if (bench_opt.quick && bench_batches[i] != 1 && bench_batches[i] != 128) continue;
+        bench_variant_case((bench_kind)kind, bf16, bench_batches[i]);
+      }
+  for (int kind = BENCH_PREFILL_1REQ; kind <= BENCH_PREFILL_EXTEND; ++kind)
+    for (int bf16 = 0; bf16 < 2; ++bf16)
+      for (int i = 0; i < nt; ++i) bench_variant_case((bench_kind)kind, bf16, bench_tokens[i]);
+  bench_release(bench_rope), bench_release(bench_gamma);
   bench_measure_copy("end");
   bench_measure_read("end");
   fclose(bench_csv);

@@ -2,7 +2,8 @@
 
    The benchmark links two copies of the library, one per epilogue (bench_two_warp.cu and
    bench_legacy.cu, both C128_STATIC with a two-row instance table), plus a few helper kernels
-   (bench_kernels.cu). Each copy exports its entry points under its own prefix, declared here. */
+   (bench_kernels.cu) and the separate cache-entry epilogue (bench_epilogue.cuh, compiled into the
+   two-warp copy). Each copy exports its entry points under its own prefix, declared here. */
 #ifndef BENCH_H
 #define BENCH_H
 
@@ -54,7 +55,34 @@ BENCH_EXTERN cudaError_t bench_fill_device(void *base, int64_t rows, int64_t row
                                            float kv_scale, float score_scale, uint64_t seed, cudaStream_t stream);
 BENCH_EXTERN void bench_fill_host(void *base, int64_t rows, int64_t row_elems, int64_t kv_elems, int bf16,
                                   float kv_scale, float score_scale, uint64_t seed);
+/* A state in another layout from today's (bench.c's layout variants): row r of dst gets elements
+   [offset, offset + elems) of today's row src[r] (src[r] < 0: zeros), the score elements (those
+   at head_dim and past it) with ape's row src[r] mod 128 added when biased, rounded once to the
+   state's dtype as a biased write rounds. today holds rows of kv | score. */
+BENCH_EXTERN cudaError_t bench_gather_device(void *dst, int64_t rows, int64_t elems, int64_t offset, const int64_t *src,
+                                             const void *today, const float *ape, int biased, int bf16,
+                                             cudaStream_t stream);
+BENCH_EXTERN void bench_gather_host(void *dst, int64_t rows, int64_t elems, int64_t offset, const int64_t *src,
+                                    const void *today, const float *ape, int biased, int bf16);
 /* nvcc that compiled the kernels, "13.0.88". */
 BENCH_EXTERN const char *bench_nvcc_version(void);
+
+/* The cache-entry epilogue as a launch of its own (bench_epilogue.cuh, in the two-warp copy): what
+   SGLang, vLLM and TensorRT-LLM run after their pooling kernel. One block per plan: a plan that
+   emits a window reads its pooled row and writes DeepSeek-V4's entry (DESIGN 11) at its
+   output_index, with the library's own entry arithmetic, so its bytes are those the fused launch
+   (args.entry) writes for the same pooled row. It skips what the fused launch skips: padding
+   rows, decode rows off a boundary, invalid sentinels, entries outside the cache, positions
+   outside the RoPE table. head_dim BENCH_HEAD_DIM. */
+typedef struct bench_epilogue_args {
+  int32_t decode;              /* plans are c128_decode_plan (one per request), else c128_compress_plan */
+  const void *plans;           /* [num_plans] */
+  int64_t num_plans;           /* blocks of the launch */
+  const float *pooled;         /* f32 [num_plans, head_dim]: the pooled launch's row of plan k */
+  const int64_t *output_index; /* entry of each window: by request (decode), by input row (ragged_id) */
+  c128_entry_args entry;       /* kind DSV4_FP8 or DSV4_BF16 */
+} bench_epilogue_args;
+BENCH_EXTERN cudaError_t bench_entry_epilogue(const bench_epilogue_args *args, cudaStream_t stream);
+BENCH_EXTERN void bench_entry_epilogue_host(const bench_epilogue_args *args);
 
 #endif /* BENCH_H */

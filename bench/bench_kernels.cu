@@ -1,5 +1,6 @@
 // bench_kernels.cu - helper kernels of the benchmark: the empty launch that sets the floor for
-// small decode batches, the dependent "next kernel" of the PDL chain, and the data generator.
+// small decode batches, the dependent "next kernel" of the PDL chain, the data generator, and the
+// gather that lays today's state out in another engine's layout.
 #include <string.h>
 
 #include <cuda_runtime.h>
@@ -159,6 +160,49 @@ extern "C" void bench_fill_host(void *base, int64_t rows, int64_t row_elems, int
                                 float score_scale, uint64_t seed) {
   for (int64_t i = 0; i < rows * row_elems; ++i)
     bench_fill_one(base, i, row_elems, kv_elems, bf16, kv_scale, score_scale, seed);
+}
+
+// Element i of a gathered state (bench_gather_device): today's element offset + e of row src[r],
+// biased when it is a score. The sum is one f32 addition, as a biased state write forms it.
+static __host__ __device__ void bench_gather_one(void *dst, int64_t i, int64_t elems, int64_t offset,
+                                                 const int64_t *src, const void *today, const float *ape, int biased,
+                                                 int bf16) {
+  const int64_t r = i / elems, e = offset + i % elems, s = src[r];
+  float v = 0.0f;
+  if (s >= 0) {
+    const int64_t at = s * BENCH_ROW_ELEMS + e;
+    if (bf16) {
+      const uint32_t bits = (uint32_t)((const uint16_t *)today)[at] << 16;
+      memcpy(&v, &bits, sizeof v);
+    } else {
+      v = ((const float *)today)[at];
+    }
+    if (biased && e >= BENCH_HEAD_DIM) v = v + ape[(s % C128_WINDOW) * BENCH_HEAD_DIM + e - BENCH_HEAD_DIM];
+  }
+  if (bf16) ((uint16_t *)dst)[i] = bench_to_bf16(v);
+  else ((float *)dst)[i] = v;
+}
+
+static __global__ void __launch_bounds__(256)
+    bench_gather_kernel(void *dst, int64_t n, int64_t elems, int64_t offset, const int64_t *src, const void *today,
+                        const float *ape, int biased, int bf16) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    bench_gather_one(dst, i, elems, offset, src, today, ape, biased, bf16);
+}
+
+extern "C" cudaError_t bench_gather_device(void *dst, int64_t rows, int64_t elems, int64_t offset, const int64_t *src,
+                                           const void *today, const float *ape, int biased, int bf16,
+                                           cudaStream_t stream) {
+  const int64_t n = rows * elems;
+  if (n <= 0) return cudaSuccess;
+  const int64_t blocks = n / 256 + 1 < 65536 ? n / 256 + 1 : 65536;
+  bench_gather_kernel<<<(unsigned)blocks, 256, 0, stream>>>(dst, n, elems, offset, src, today, ape, biased, bf16);
+  return cudaGetLastError();
+}
+
+extern "C" void bench_gather_host(void *dst, int64_t rows, int64_t elems, int64_t offset, const int64_t *src,
+                                  const void *today, const float *ape, int biased, int bf16) {
+  for (int64_t i = 0; i < rows * elems; ++i) bench_gather_one(dst, i, elems, offset, src, today, ape, biased, bf16);
 }
 
 extern "C" const char *bench_nvcc_version(void) {

@@ -2,18 +2,25 @@
 """Tables and target verdicts of BENCHMARKS.md from one run of ../shared/peer/run.
 
     python3 bench/peer_report.py --sglang peer.csv --meta peer_meta.txt [--trtllm trtllm_vs_c128.csv]
-                                 [--png plot.png] [--md report.md]
+                                 [--c128 bench_c128.csv] [--png plot.png] [--md report.md]
 
 peer.csv holds, per case and timing mode, SGLang 33f63408 (`sgl`), SGLang 2026-07-01 (`sgl0701`)
 and c128, measured in one program (A/B alternated, graph replay and stream mode); the TensorRT-LLM
 CSV holds its kernels beside c128 in a second program. The tables use graph mode. "best peer" is
 the fastest of the peers in the same run; the TensorRT-LLM time is compared with the c128 time of
 its own program (the two programs measure c128 separately). Both ceilings (device-to-device copy
-and read-only stream) come from the SGLang program's start values (peer_meta.txt)."""
+and read-only stream) come from the SGLang program's start values (peer_meta.txt). --c128 adds the
+tables of c128's own variants (c128_bench's layout_* and entry_* cases: other engines' state
+layouts against today's, and the cache-entry paths against the pooled launch), from report.py."""
 import argparse
 import csv
 import math
+import os
 import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402  (bench/report.py: the variants' tables)
 
 TARGET_CASES = {"decode_boundary", "decode_off", "decode_mix", "prefill_1req", "prefill_8req", "prefill_extend"}
 
@@ -54,6 +61,7 @@ def main():
     ap.add_argument("--sglang", required=True)
     ap.add_argument("--meta", required=True)
     ap.add_argument("--trtllm")
+    ap.add_argument("--c128", help="c128_bench's CSV with the layout_* and entry_* variants")
     ap.add_argument("--png")
     ap.add_argument("--md")
     a = ap.parse_args()
@@ -101,6 +109,12 @@ def main():
     lines.append("|---|---|---|")
     for name, ok, text in verdicts:
         lines.append(f"| {name} | {'**met**' if ok else '**not met**'} | {text} |")
+    if a.c128:
+        d = report.Data(report.load(a.c128), [])
+        m = d.meta
+        lines += ["", f"c128's variants (c128_bench, {m.get('gpu', '?')}, commit {m.get('commit', '?')}; copy "
+                      f"{d.copy_start:.0f} GB/s in that run):", ""]
+        report.variant_report(d, lines)
     out = "\n".join(lines) + "\n"
     if a.md:
         open(a.md, "w").write(out)

@@ -2,13 +2,18 @@
 """Tables and target verdicts from the benchmark CSVs (bench.c's and torch_ref.py's).
 
     python3 bench/report.py --c bench_c128.csv [--torch bench_torch.csv ...] [--md report.md]
+                            [--variants-only]
 
 c128's figure for a case is the default (two-warp) epilogue's best of its "stream" and "graph"
 medians; PyTorch's is the best of eager / torch.compile, each launched back to back or replayed
 from CUDA graphs, over every --torch file given (torch.compile's kernels differ from run to run).
-Standard library only."""
+The variants' tables (bench.c's layout_* and entry_* cases) compare graph-replay medians measured
+in one comparison: each layout against today's layout timed in the same A/B pair, and the
+cache-entry paths against the pooled launch timed in the same A B C D E run. --variants-only
+prints those tables alone (a run with --filter 'layout_|entry_'). Standard library only."""
 import argparse
 import csv
+import math
 import sys
 from collections import defaultdict
 
@@ -160,6 +165,170 @@ def ceilings_table(d, out):
                    f"{', '.join(parts)} µs |")
 
 
+LAYOUTS = ("vllm_b8", "b16", "trtllm_b128", "trtllm_b256", "ring_b128")  # bench.c's bench_layouts, in order
+ENTRY_PATHS = ("fused_fp8", "split_fp8", "fused_bf16", "split_bf16")
+LAYOUT_TARGET = 1.05  # a layout costs at most 5 % against today's
+
+
+def size_label(case, size):
+    return f"B={size}" if "decode" in case else f"N={size // 1024}K"
+
+
+def layout_names(d):
+    """Layouts in the CSV: bench_layouts' order, then any others."""
+    found = {k[3] for k in d.c if k[0].startswith("layout_") and not k[3].startswith("today_vs_")}
+    return [l for l in LAYOUTS if l in found] + sorted(found - set(LAYOUTS))
+
+
+def layout_ratio(d, case, state, size, layout, mode="graph"):
+    """(layout / today's of its own pair, layout row, today row), or None."""
+    alt = d.get("layout_" + case, state, size, layout, mode)
+    base = d.get("layout_" + case, state, size, "today_vs_" + layout, mode)
+    if not (alt and base):
+        return None
+    return fnum(alt, "median_us") / fnum(base, "median_us"), alt, base
+
+
+def failed_checks(d, prefix):
+    return sorted({f"{k[0]} {k[1]} {k[2]}" for k, r in d.c.items() if k[0].startswith(prefix) and "FAILED" in r["check"]})
+
+
+def layout_table(d, out, mode="graph"):
+    layouts = layout_names(d)
+    if not layouts:
+        return
+    out.append(f"Other engines' state layouts against today's ({mode} replay medians, each layout / today's layout "
+               "timed in the same A/B pair; µs of the layout in brackets). Bytes: today's plus the table entries read.")
+    out.append("")
+    out.append("| case | state | size | today µs | " + " | ".join(f"{l} / today" for l in layouts) + " | worst |")
+    out.append("|---|---|---:|---:|" + "---:|" * len(layouts) + "---:|")
+    for case in DECODE + PREFILL:
+        for state in ("f32", "bf16"):
+            for size in d.sizes("layout_" + case, state):
+                cells, worst, today = [], None, None
+                for l in layouts:
+                    r = layout_ratio(d, case, state, size, l, mode)
+                    if not r:
+                        cells.append("—")
+                        continue
+                    ratio, alt, base = r
+                    today = today or base
+                    mark = "**" if ratio > LAYOUT_TARGET else ""
+                    cells.append(f"{mark}{ratio:.3f}{mark} ({us(fnum(alt, 'median_us'))})")
+                    worst = ratio if worst is None else max(worst, ratio)
+                if today is None:
+                    continue
+                out.append(f"| {case} | {state} | {size_label(case, size)} | {us(fnum(today, 'median_us'))} | "
+                           + " | ".join(cells) + f" | {worst:.3f} |")
+
+
+def entry_table(d, out, mode="graph"):
+    keys = sorted({(k[0], k[1], k[2]) for k in d.c if k[0].startswith("entry_")})
+    if not keys:
+        return
+    out.append(f"DeepSeek-V4 cache entries ({mode} replay medians, one A B C D E run per case): fused = written by "
+               "the decode / compress launch (args.entry), split = c128's pooled launch, then c128's epilogue "
+               "launch (bench_epilogue.cuh). Bytes: the pooled path's less the pooled rows plus the entries "
+               "(584 B FP8, 1024 B BF16).")
+    out.append("")
+    out.append("| case | state | size | pooled µs | fused FP8 µs | split FP8 µs | fused FP8 / pooled | "
+               "fused / split FP8 | fused FP8 % copy | fused BF16 µs | split BF16 µs | fused / split BF16 |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for case in DECODE + PREFILL:
+        for state in ("f32", "bf16"):
+            for size in d.sizes("entry_" + case, state):
+                row = {v: d.get("entry_" + case, state, size, v, mode) for v in ("pooled",) + ENTRY_PATHS}
+                if not row["pooled"]:
+                    continue
+                t = {v: fnum(r, "median_us") if r else None for v, r in row.items()}
+
+                def ratio(a, b):
+                    return f"{t[a] / t[b]:.3f}" if t[a] and t[b] else "—"
+
+                def cell(v):
+                    return us(t[v]) if t[v] else "—"
+
+                pct = f"{fnum(row['fused_fp8'], 'pct_copy'):.1f}" if row["fused_fp8"] else "—"
+                out.append(f"| {case} | {state} | {size_label(case, size)} | {cell('pooled')} | {cell('fused_fp8')} | "
+                           f"{cell('split_fp8')} | {ratio('fused_fp8', 'pooled')} | {ratio('fused_fp8', 'split_fp8')} | "
+                           f"{pct} | {cell('fused_bf16')} | {cell('split_bf16')} | {ratio('fused_bf16', 'split_bf16')} |")
+
+
+def variant_verdicts(d, mode="graph"):
+    """[(target, met, detail)] of the variants' runs."""
+    res = []
+    layouts = layout_names(d)
+    if layouts:
+        over, worst, n = [], {}, 0
+        for case in DECODE + PREFILL:
+            for state in ("f32", "bf16"):
+                for size in d.sizes("layout_" + case, state):
+                    for l in layouts:
+                        r = layout_ratio(d, case, state, size, l, mode)
+                        if not r:
+                            continue
+                        n += 1
+                        tag = f"{case} {state} {size_label(case, size)}"
+                        if r[0] > LAYOUT_TARGET:
+                            over.append(f"{l} {tag} ({r[0]:.3f})")
+                        if l not in worst or r[0] > worst[l][0]:
+                            worst[l] = (r[0], tag)
+        res.append((f"Every layout within {100 * (LAYOUT_TARGET - 1):.0f} % of today's layout (layout / today ≤ "
+                    f"{LAYOUT_TARGET}, {mode})", not over,
+                    f"{n - len(over)}/{n} within; worst: " + "; ".join(f"{l} {w[0]:.3f} ({w[1]})" for l, w in worst.items())
+                    + (f"; over: {', '.join(over)}" if over else "")))
+        if "vllm_b8" in worst:
+            b8 = [layout_ratio(d, c, s, n_, "vllm_b8", mode) for c in DECODE + PREFILL for s in ("f32", "bf16")
+                  for n_ in d.sizes("layout_" + c, s)]
+            b8 = [r[0] for r in b8 if r]
+            res.append(("vLLM's 8-row blocks (vllm_b8) within 5 % of today's", max(b8) <= LAYOUT_TARGET,
+                        f"geomean {geomean(b8):.3f}, {min(b8):.3f} … {max(b8):.3f} over {len(b8)} cases"))
+    keys = sorted({(k[0], k[1], k[2]) for k in d.c if k[0].startswith("entry_")})
+    if keys:
+        for kind in ("fp8", "bf16"):
+            faster, slower, vs_pooled = [], [], []
+            for case, state, size in keys:
+                f = d.get(case, state, size, f"fused_{kind}", mode)
+                s_ = d.get(case, state, size, f"split_{kind}", mode)
+                p = d.get(case, state, size, "pooled", mode)
+                if not (f and s_ and p):
+                    continue
+                r = fnum(f, "median_us") / fnum(s_, "median_us")
+                (faster if r < 1 else slower).append(f"{case[6:]} {state} {size_label(case, size)} ({r:.3f})")
+                vs_pooled.append(fnum(f, "median_us") / fnum(p, "median_us"))
+            if vs_pooled:
+                res.append((f"Fused {kind.upper()} entries faster than the two-launch path in every case",
+                            not slower, f"faster in {len(faster)}/{len(faster) + len(slower)}"
+                            + (f"; not: {', '.join(slower)}" if slower else "")
+                            + f"; fused / pooled {min(vs_pooled):.3f} … {max(vs_pooled):.3f}"))
+    for prefix in ("layout_", "entry_"):
+        bad = failed_checks(d, prefix)
+        if any(k[0].startswith(prefix) for k in d.c):
+            res.append((f"{prefix[:-1]} variants agree with today's on set 0 (check column)", not bad,
+                        "all checks ok" if not bad else "FAILED: " + ", ".join(bad)))
+    return res
+
+
+def geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def variant_report(d, out):
+    """The variants' tables and verdicts (nothing when the CSV has none)."""
+    layout_table(d, out)
+    if out and out[-1] != "":
+        out.append("")
+    entry_table(d, out)
+    if out and out[-1] != "":
+        out.append("")
+    verdicts = variant_verdicts(d)
+    if verdicts:
+        out.append("| variant target | met | measured |")
+        out.append("|---|---|---|")
+        for name, met, detail in verdicts:
+            out.append(f"| {name} | {'**met**' if met else '**not met**'} | {detail} |")
+
+
 def targets(d):
     """[(target, met, detail)]"""
     res = []
@@ -250,6 +419,7 @@ def main():
     ap.add_argument("--c", required=True)
     ap.add_argument("--torch", nargs="+")
     ap.add_argument("--md")
+    ap.add_argument("--variants-only", action="store_true", help="only the layout and cache-entry tables")
     a = ap.parse_args()
     t_rows = []
     for path in a.torch or []:
@@ -267,6 +437,9 @@ def main():
         out.append("")
     ceilings_table(d, out)
     out.append("")
+    if a.variants_only:
+        variant_report(d, out)
+        return write(out, a.md)
     decode_table(d, out)
     out.append("")
     prefill_table(d, out)
@@ -277,9 +450,15 @@ def main():
     out.append("|---|---|---|")
     for name, met, detail in targets(d):
         out.append(f"| {name} | {'**met**' if met else '**not met**'} | {detail} |")
+    out.append("")
+    variant_report(d, out)
+    return write(out, a.md)
+
+
+def write(out, md):
     text = "\n".join(out)
-    if a.md:
-        with open(a.md, "w") as f:
+    if md:
+        with open(md, "w") as f:
             f.write(text + "\n")
     print(text)
     return 0
