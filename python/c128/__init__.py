@@ -4,12 +4,17 @@ a per-channel softmax pooling), from Python.
 A ctypes binding over libc128.so, the C ABI of ``c128.cuh``; the API mirrors the C one:
 
 - kernels: :func:`decode`, :func:`prefill` (and :class:`Decode` / :class:`Prefill`, the same
-  launches with their tensors checked and bound once, for the hot path);
+  launches with their tensors checked and bound once, for the hot path), with other engines'
+  state layouts (:class:`StateLayout`), output rows by index (``output_index``) and DeepSeek-V4
+  cache entries written in the launch (:class:`Entry`) as keyword arguments;
 - planning: :func:`plan_decode`, :func:`plan_prefill` (host planner), :func:`plan_decode_device`,
   :func:`plan_prefill_device` (the device planners, for CUDA graphs), :func:`check_decode_plans`,
-  :func:`check_prefill_plans` (the plan checker and its :class:`PlanReport`);
+  :func:`check_prefill_plans` (the plan checker and its :class:`PlanReport`),
+  :func:`requests_from_lens` (requests from an engine's seq_lens / query_start arrays);
 - introspection: :func:`instances`, :func:`build_info`, ``__version__``;
-- :func:`c128.sglang.compress_forward`: SGLang's ``compress_forward`` for ratio 128.
+- :func:`c128.sglang.compress_forward`: SGLang's ``compress_forward`` for ratio 128, and
+  :func:`c128.sglang.compress_forward_norm_rope_store`: it and SGLang's
+  ``compress_norm_rope_store`` in one launch.
 
 Tensors come from any framework: PyTorch tensors, and anything with ``__dlpack__`` (CuPy, JAX,
 NumPy, ...), ``__cuda_array_interface__`` or ``__array_interface__``. CUDA tensors launch the
@@ -18,7 +23,8 @@ arrays, else the legacy default stream); host arrays (NumPy, CPU tensors) run th
 the same kernel code on the CPU, synchronously. NumPy has no bfloat16: a uint16 array holds bf16
 bit patterns (:func:`bf16_from_float`, :func:`bf16_to_float`).
 
-Calls allocate nothing, never synchronise, and can be captured in CUDA graphs (warm up once
+Calls allocate nothing (c128.sglang.compress_norm_rope_store, which stages its windows, excepted),
+never synchronise, and can be captured in CUDA graphs (warm up once
 before capturing). Launches are asynchronous: keep the tensors alive, and unchanged in place,
 until the work on the stream is done, as with any CUDA kernel. Every argument the binding refuses
 raises ``ValueError`` or ``TypeError`` naming the argument; a status of the library raises
@@ -27,6 +33,7 @@ raises ``ValueError`` or ``TypeError`` naming the argument; a status of the libr
 
 from __future__ import annotations
 
+import numbers
 import sys
 import threading
 from ctypes import addressof, byref, c_int32, create_string_buffer
@@ -41,7 +48,7 @@ from ._tensor import (CPU, View, current_device_check, current_stream, current_s
 __all__ = [
     "__version__", "Error", "Status", "F32", "BF16", "WINDOW", "FAST_BOUND", "MAX_PREFILL_ROWS",
     "MAX_DECODE_GROUP", "MAX_PREFILL_GROUP", "Instance", "BuildInfo", "HostOptions", "PlanReport", "Ring",
-    "PrefillPlans", "instances", "find_instance", "build_info", "decode", "prefill", "Decode", "Prefill",
+    "PrefillPlans", "StateLayout", "Entry", "OUTPUT_KINDS", "ROPE_DIMS", "requests_from_lens", "instances", "find_instance", "build_info", "decode", "prefill", "Decode", "Prefill",
     "check_decode_plans", "check_prefill_plans", "requests", "plan_decode", "plan_prefill", "plan_workspace_size",
     "plan_decode_device", "plan_prefill_device", "decode_group_size", "prefill_group_size", "bf16_from_float",
     "bf16_to_float", "library_path", "sglang", "DECODE_PLAN_DTYPE", "COMPRESS_PLAN_DTYPE", "WRITE_PLAN_DTYPE", "REQUEST_DTYPE",
@@ -255,6 +262,39 @@ def _state_shape(s: View) -> int:
     return s.shape[2] // 2
 
 
+def _flag(value: Any, name: str) -> int:
+    """A bool (or 0 / 1, NumPy bools too) as 0 or 1."""
+    if isinstance(value, (bool, int)) or type(value).__name__ == "bool_":
+        if value in (0, 1):
+            return int(bool(value))
+    raise TypeError(f"{name}: expected a bool, got {describe(value)}")
+
+
+def _layout_state_shape(s: View, sl: "StateLayout", a: Optional[View] = None, stream: int = 0) -> int:
+    """head_dim from a state of a state layout: [blocks, B, 2 * head_dim] (one plane) or [blocks,
+    B, head_dim] (kv here, scores in sl.score_plane). A block_rows the library refuses is left to
+    it (C128_ERROR_INVALID_STATE_LAYOUT), but the state must still have its rows."""
+    if not isinstance(sl, StateLayout):
+        raise TypeError(f"state_layout: expected c128.StateLayout, got {describe(sl)}")
+    rows = _int(sl.block_rows, "state_layout.block_rows", _INT32) or WINDOW
+    two = sl.score_plane is not None
+    if two:
+        view(sl.score_plane, "state_layout.score_plane", stream)  # a tensor, before its shape says anything
+    bad_rows = len(s.shape) != 3 or (rows > 0 and s.shape[1] != rows)
+    # ape [128, head_dim] names head_dim, so that a state of the other plane count is the state's error
+    want = a.shape[1] if a is not None and len(a.shape) == 2 and a.shape[1] > 0 else None
+    if two:
+        if bad_rows or s.shape[2] <= 0 or (want is not None and s.shape[2] != want):
+            raise _shape_error("state", f"(blocks, block_rows = {rows}, head_dim{f' = {want}' if want else ''}) "
+                               f"(kv; scores in state_layout.score_plane)", s)
+        return s.shape[2]
+    if bad_rows or s.shape[2] <= 0 or s.shape[2] % 2 or (want is not None and s.shape[2] != 2 * want):
+        raise _shape_error("state", f"(blocks, block_rows = {rows}, 2 * head_dim{f' = {2 * want}' if want else ''})"
+                           f"{' (or head_dim with state_layout.score_plane)' if want and s.shape[2:] == (want,) else ''}",
+                           s)
+    return s.shape[2] // 2
+
+
 _compiled: set = set()  # (head_dim, dtypes) found before: the table is fixed at build time
 
 
@@ -270,11 +310,21 @@ def _instance(head_dim: int, sd: int, idt: int, od: int) -> None:
                          f"(c128.instances() lists them)")
 
 
-def _common(s: View, i: View, a: View, o: View, input_rows: Optional[int], output_rows_min: int,
-            input_rows_name: str) -> Tuple[int, int, int, int]:
-    """Shapes, dtypes, contiguity, alignment of the four tensors; returns (head_dim, dtypes)."""
-    head_dim = _state_shape(s)
-    sd, idt, od = _element(s, "state"), _element(i, "input"), _element(o, "output")
+def _entry_output_dtype(head_dim: int, sd: int, idt: int) -> int:
+    """The output dtype of a cache-entry launch (no output tensor): f32 where compiled, else bf16."""
+    if -(1 << 31) <= head_dim < 1 << 31 and _lib.find_instance(head_dim, sd, idt, F32) < 0 and \
+            _lib.find_instance(head_dim, sd, idt, BF16) >= 0:
+        return BF16
+    return F32
+
+
+def _common(s: View, i: View, a: View, o: Optional[View], input_rows: Optional[int], output_rows_min: int,
+            input_rows_name: str, sl: Optional["StateLayout"] = None) -> Tuple[int, int, int, int]:
+    """Shapes, dtypes, contiguity, alignment of the four tensors (o None: a cache-entry launch);
+    returns (head_dim, dtypes)."""
+    head_dim = _state_shape(s) if sl is None else _layout_state_shape(s, sl, a)
+    sd, idt = _element(s, "state"), _element(i, "input")
+    od = _element(o, "output") if o is not None else _entry_output_dtype(head_dim, sd, idt)
     if a.dtype != "f32":
         raise TypeError(f"ape: expected float32 (c128 takes ape in f32 always), got {a.dtype}")
     if len(i.shape) != 2 or i.shape[1] != 2 * head_dim or (input_rows is not None and i.shape[0] != input_rows):
@@ -282,16 +332,257 @@ def _common(s: View, i: View, a: View, o: View, input_rows: Optional[int], outpu
         raise _shape_error("input", f"({rows}, 2 * head_dim = {2 * head_dim})", i)
     if a.shape != (WINDOW, head_dim):
         raise _shape_error("ape", f"(128, head_dim = {head_dim})", a)
-    if len(o.shape) != 2 or o.shape[1] != head_dim or o.shape[0] < output_rows_min:
+    if o is not None and (len(o.shape) != 2 or o.shape[1] != head_dim or o.shape[0] < output_rows_min):
         raise _shape_error("output", f"(rows >= {output_rows_min}, head_dim = {head_dim})", o)
     for v, name in ((s, "state"), (i, "input"), (a, "ape"), (o, "output")):
-        _contiguous(v, name)
+        if v is not None:
+            _contiguous(v, name)
     _aligned(s, "state", 2 * s.itemsize)
     _aligned(i, "input", 2 * i.itemsize)
     _aligned(a, "ape", 8)
-    _aligned(o, "output", o.itemsize)
+    if o is not None:
+        _aligned(o, "output", o.itemsize)
     _instance(head_dim, sd, idt, od)
     return head_dim, sd, idt, od
+
+
+# ---- state layouts, output rows by index, cache entries (DESIGN 5.9, 5.10, 11) -----------------------
+ROPE_DIMS = 64  #: C128_ROPE_DIMS: the RoPE channels of a cache entry (the last 64)
+#: c128_output_kind values by name: what a compress event writes.
+OUTPUT_KINDS = {"pooled": 0, "dsv4_fp8": 1, "dsv4_bf16": 2}
+
+
+class StateLayout(NamedTuple):
+    """How the state is stored (c128_state_layout, DESIGN 5.9). The default is today's (SGLang's)
+    layout; pass one to :func:`decode`, :func:`prefill` (``state_layout=``) and to the planners
+    (``Ring(state_layout=...)``) alike.
+
+    - ``block_rows``: B, rows per block, a power of two in [8, 256] (0 or 128: pages of 128 rows).
+      The state is then [blocks, B, 2 * head_dim], or [blocks, B, head_dim] with a score plane.
+    - ``block_table``: int32 [table_rows, table_stride] of physical block ids (negative = none):
+      plans name logical rows ``table_row << row_shift | position``, found at
+      ``block_table[table_row][position // B] * B + position % B``. Device memory for GPU
+      launches and device planners, host memory for the host runner, the host planners and the
+      plan checkers. None: plans name physical rows of the B-row blocks.
+    - ``row_shift``: log2 of the positions one table row maps (7..30); needed with a table.
+    - ``score_plane``: scores in a tensor of their own, the state's shape and dtype (TensorRT-LLM's
+      kv and score planes); None: each state row is kv | score.
+    - ``score_block_table``: the score plane's own table (the block table's shape); None: the same.
+    - ``score_biased``: stored scores hold score + ape[position % 128] (vLLM, TensorRT-LLM).
+    """
+
+    block_rows: int = WINDOW
+    block_table: Any = None
+    row_shift: int = 0
+    score_plane: Any = None
+    score_block_table: Any = None
+    score_biased: bool = False
+
+
+class Entry(NamedTuple):
+    """The cache entries a compress event writes instead of a pooled row (c128_entry_args,
+    DESIGN 11): RMSNorm, RoPE on the last 64 channels, UE8M0 FP8 of the others, stored into a
+    paged cache, in the decode / prefill compress launch itself (needs sm_90 clusters on the GPU
+    and head_dim <= 512).
+
+    - ``kind``: ``"dsv4_fp8"`` (FlashMLA's sparse FP8 layout: head_dim - 64 e4m3 codes and 64
+      bf16 RoPE values an entry, then the pages' scale bytes) or ``"dsv4_bf16"`` (head_dim bf16
+      values an entry, the FP8 channels dequantised).
+    - ``norm_weight``: gamma, float32 [head_dim] (holding bf16 values in DeepSeek-V4). A bf16
+      weight is refused: convert it once at load time.
+    - ``rope_table``: the layer's (cos, sin) table, float32 [positions, 64] (cos, sin interleaved
+      per pair, SGLang's view of freqs_cis), float32 [positions, 32, 2], or complex64
+      [positions, 32] (freqs_cis itself). A window at or past ``positions`` is skipped.
+    - ``cache``: uint8 [cache_pages, page_bytes] (SGLang's kvcache), written; entry ``loc`` is
+      slot ``loc % entries_per_page`` of page ``loc // entries_per_page``.
+    - ``entries_per_page``: P, a power of two (SGLang's page_size).
+    - ``eps``: the norm's epsilon (DeepSeek-V4: 1e-6).
+    - ``page_bytes``: bytes per page; default: the cache's (its bytes / its first dimension).
+      Needed for a 1-D cache. A multiple of 4, at least P entries (FP8 at head_dim 512: 584 P;
+      FlashMLA and SGLang round 584 P up to a multiple of 576).
+    """
+
+    kind: str
+    norm_weight: Any
+    rope_table: Any
+    cache: Any
+    entries_per_page: int
+    eps: float = 1e-6
+    page_bytes: Optional[int] = None
+
+
+def _table(t: Any, name: str, stream: int) -> View:
+    v = view(t, name, stream)
+    if v.dtype not in ("i32", "u32"):
+        raise TypeError(f"{name}: expected an int32 [rows, stride] table of block ids, got {v.dtype}")
+    if len(v.shape) != 2:
+        raise ValueError(f"{name}: expected an int32 [rows, stride] table of block ids, got shape {_fmt(v.shape)}")
+    _contiguous(v, name)
+    _aligned(v, name, 4)
+    return v
+
+
+def _where_read(v: View, name: str, device: Optional[Tuple[str, int]], host: bool, reader: str) -> None:
+    """A table or index is read on `device` (None: anywhere), or on the host when `host`."""
+    if host and not v.on_host:
+        raise ValueError(f"{name}: on {_dev(v.device)}; {reader} reads it in host memory")
+    if device is not None and v.device != device:
+        raise ValueError(f"{name}: on {_dev(v.device)}, but state is on {_dev(device)}; the tensors of a call "
+                         f"must be on one device")
+
+
+def _state_layout_bind(dst: _lib.StateLayout, sl: Any, s: Optional[View], stream: int, checker: bool,
+                       device: Optional[Tuple[str, int]], host_tables: bool, reader: str) -> list:
+    """Fills dst (every field) from a StateLayout; returns the views to keep alive. `s` is the
+    launch's state (None for a planner); tables are read on `device` or, `host_tables`, on the host.
+    Returns (name, view) of each tensor it names."""
+    if not isinstance(sl, StateLayout):
+        raise TypeError(f"state_layout: expected c128.StateLayout, got {describe(sl)}")
+    keep = []
+    dst.block_rows = _int(sl.block_rows, "state_layout.block_rows", _INT32)
+    dst.score_biased = _flag(sl.score_biased, "state_layout.score_biased")
+    dst.score_plane = None
+    if sl.score_plane is not None:
+        p = view(sl.score_plane, "state_layout.score_plane", stream)
+        if s is not None:
+            if _ELEMENT.get(p.dtype, p.dtype) != _ELEMENT.get(s.dtype, s.dtype):
+                raise TypeError(f"state_layout.score_plane: {p.dtype}, state {s.dtype}: the planes share a dtype")
+            if p.shape != s.shape:
+                raise ValueError(f"state_layout.score_plane: shape {_fmt(p.shape)}, state {_fmt(s.shape)}: the "
+                                 f"planes share a shape")
+            _contiguous(p, "state_layout.score_plane")
+            _aligned(p, "state_layout.score_plane", 2 * p.itemsize)
+            if not checker:
+                _writable(p, "state_layout.score_plane")
+                _where_read(p, "state_layout.score_plane", device, False, reader)
+        dst.score_plane = p.ptr
+        keep.append(("state_layout.score_plane", p))
+    dst.row_shift = _int(sl.row_shift, "state_layout.row_shift", _INT32)
+    dst.block_table, dst.table_rows, dst.table_stride = None, 0, 0
+    dst.score_block_table = None
+    table = None
+    if sl.block_table is not None:
+        table = _table(sl.block_table, "state_layout.block_table", stream)
+        _where_read(table, "state_layout.block_table", device, host_tables, reader)
+        dst.block_table, dst.table_rows, dst.table_stride = table.ptr, table.shape[0], table.shape[1]
+        keep.append(("state_layout.block_table", table))
+    if sl.score_block_table is not None:
+        st = _table(sl.score_block_table, "state_layout.score_block_table", stream)
+        _where_read(st, "state_layout.score_block_table", device, host_tables, reader)
+        if table is not None and st.shape != table.shape:
+            raise ValueError(f"state_layout.score_block_table: shape {_fmt(st.shape)}, block_table "
+                             f"{_fmt(table.shape)}: the planes' tables share a shape")
+        dst.score_block_table = st.ptr
+        keep.append(("state_layout.score_block_table", st))
+    return keep
+
+
+def _index_bind(index: Any, rows: int, stream: int, device: Optional[Tuple[str, int]], checker: bool) -> View:
+    v = view(index, "output_index", stream)
+    if v.dtype != "i64":
+        raise TypeError(f"output_index: expected int64 (an output row or cache entry per input row), got {v.dtype}")
+    if len(v.shape) != 1 or v.shape[0] < rows:
+        raise ValueError(f"output_index: expected a contiguous int64 tensor of shape (>= {rows},) (one per input "
+                         f"row), got {_fmt(v.shape)}")
+    _contiguous(v, "output_index")
+    _aligned(v, "output_index", 8)
+    _where_read(v, "output_index", None if checker else device, checker, "the plan checker")
+    return v
+
+
+def _real(value: Any, name: str) -> float:
+    """A real number (NumPy scalars too) as a float; bools and everything else are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected a number, got {describe(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name}: {value} does not fit a float") from None
+
+
+def _entry_bind(dst: _lib.EntryArgs, e: Any, head_dim: int, stream: int, checker: bool,
+                device: Optional[Tuple[str, int]]) -> list:
+    """Fills dst (every field) from an Entry; returns the views to keep alive."""
+    if not isinstance(e, Entry):
+        raise TypeError(f"entry: expected c128.Entry, got {describe(e)}")
+    if not isinstance(e.kind, str):
+        raise TypeError(f"entry.kind: expected 'dsv4_fp8' or 'dsv4_bf16', got {describe(e.kind)}")
+    kind = OUTPUT_KINDS.get(e.kind, 0)
+    if kind == 0:
+        raise ValueError(f"entry.kind: expected 'dsv4_fp8' or 'dsv4_bf16', got {e.kind!r}")
+    w = view(e.norm_weight, "entry.norm_weight", stream)
+    if w.dtype != "f32":
+        raise TypeError(f"entry.norm_weight: expected float32 (c128 reads gamma in f32: convert it once at load "
+                        f"time), got {w.dtype}")
+    if w.shape != (head_dim,):
+        raise _shape_error("entry.norm_weight", f"(head_dim = {head_dim},)", w)
+    r = view(e.rope_table, "entry.rope_table", stream)
+    if r.dtype == "c64" and len(r.shape) == 2 and r.shape[1] == ROPE_DIMS // 2:
+        positions = r.shape[0]
+    elif r.dtype == "f32" and (r.shape[1:] == (ROPE_DIMS,) or r.shape[1:] == (ROPE_DIMS // 2, 2)):
+        positions = r.shape[0]
+    elif r.dtype not in ("f32", "c64"):
+        raise TypeError(f"entry.rope_table: expected float32 [positions, 64] (cos, sin interleaved) or complex64 "
+                        f"[positions, 32], got {r.dtype}")
+    else:
+        raise _shape_error("entry.rope_table", "(positions, 64) float32, (positions, 32, 2) float32 or "
+                           "(positions, 32) complex64", r)
+    c = view(e.cache, "entry.cache", stream)
+    if c.dtype not in ("u8", "i8"):
+        raise TypeError(f"entry.cache: expected a uint8 [pages, page_bytes] cache, got {c.dtype}")
+    page_bytes = None if e.page_bytes is None else _int(e.page_bytes, "entry.page_bytes", _INT64)
+    if len(c.shape) >= 2:
+        pages = c.shape[0]
+        own = c.itemsize
+        for extent in c.shape[1:]:
+            own *= extent
+        if page_bytes is not None and pages and page_bytes != own:
+            raise ValueError(f"entry.page_bytes: {page_bytes}, but entry.cache holds {own} bytes a page "
+                             f"(shape {_fmt(c.shape)})")
+        page_bytes = own if page_bytes is None else page_bytes
+    elif len(c.shape) == 1 and page_bytes is not None:
+        pages = c.nbytes // page_bytes if page_bytes > 0 else 0
+    else:
+        raise _shape_error("entry.cache", "(pages, page_bytes) uint8 (or 1-D with entry.page_bytes)", c)
+    for v, name in ((w, "entry.norm_weight"), (r, "entry.rope_table"), (c, "entry.cache")):
+        _contiguous(v, name)
+    _aligned(w, "entry.norm_weight", 4)
+    _aligned(r, "entry.rope_table", 8)
+    _aligned(c, "entry.cache", 4)
+    if not checker:
+        _writable(c, "entry.cache")
+        for v, name in ((w, "entry.norm_weight"), (r, "entry.rope_table"), (c, "entry.cache")):
+            _where_read(v, name, device, False, "")
+    dst.kind = kind
+    dst.norm_weight, dst.rope_table, dst.cache = w.ptr, r.ptr, c.ptr
+    dst.norm_eps = _real(e.eps, "entry.eps")
+    dst.rope_positions = positions
+    dst.cache_pages = pages
+    dst.entries_per_page = _int(e.entries_per_page, "entry.entries_per_page", _INT32)
+    dst.page_bytes = page_bytes
+    return [w, r, c]
+
+
+def _extras_bind(args: Any, s: View, head_dim: int, index_rows: int, state_layout: Any, output_index: Any,
+                 entry: Any, stream: int, checker: bool, device: Tuple[str, int]) -> list:
+    """The new arguments of a launch, every field set (zero where None)."""
+    keep: list = []
+    if state_layout is not None:
+        keep += [v for _, v in _state_layout_bind(args.state_layout, state_layout, s, stream, checker,
+                                                  None if checker else device, checker, "the plan checker")]
+    else:
+        args.state_layout = _lib.StateLayout()
+    if output_index is not None:
+        v = _index_bind(output_index, index_rows, stream, device, checker)
+        args.output_index = v.ptr
+        keep.append(v)
+    else:
+        args.output_index = None
+    if entry is not None:
+        keep += _entry_bind(args.entry, entry, head_dim, stream, checker, device)
+    else:
+        args.entry = _lib.EntryArgs()
+    return keep
 
 
 class HostOptions(NamedTuple):
@@ -355,50 +646,115 @@ def _torch_cuda_key(tensors: tuple, options: tuple) -> Optional[tuple]:
     return full
 
 
+def _torch_cuda_key_extra(tensors: tuple, options: tuple, state_layout: Any, output_index: Any,
+                          entry: Any) -> Optional[tuple]:
+    """The cache key of a call with a state layout, an output index or cache entries (None
+    tensors allowed where they are optional: output with entries, the layout's and entry's
+    optional tensors), or None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    sl_fields = entry_fields = ()
+    more: tuple = (output_index,)
+    if state_layout is not None:
+        if type(state_layout) is not StateLayout:
+            return None
+        more += (state_layout.block_table, state_layout.score_plane, state_layout.score_block_table)
+        sl_fields = (state_layout.block_rows, state_layout.row_shift, bool(state_layout.score_biased))
+    if entry is not None:
+        if type(entry) is not Entry:
+            return None
+        more += (entry.norm_weight, entry.rope_table, entry.cache)
+        entry_fields = (entry.kind, entry.entries_per_page, entry.eps, entry.page_bytes)
+    layout, group, pdl = options
+    if not (layout is None or type(layout) is tuple) or type(group) is not int:
+        return None
+    tensor_type = torch.Tensor
+    key = []
+    for t in tensors + more:
+        if t is None:
+            key.append(None)
+            continue
+        if type(t) is not tensor_type or not t.is_cuda:
+            return None
+        key.append((t.data_ptr(), t.shape, t.dtype, t.get_device(), t.is_contiguous()))
+    full = (tuple(key), layout, group, bool(pdl), sl_fields, entry_fields)
+    try:
+        hash(full)
+    except TypeError:
+        return None
+    return full
+
+
 def _remember(key: tuple, args: Any) -> None:
     if len(_launch_cache) >= _LAUNCH_CACHE_SIZE:
         _launch_cache.clear()
     _launch_cache[key] = byref(args)  # the byref keeps args alive
 
 
+def _output_view(output: Any, entry: Any, stream: int) -> Optional[View]:
+    """The output's view; None with cache entries (which write no output rows)."""
+    if entry is None:
+        return view(output, "output", stream)
+    if output is not None:
+        raise ValueError("output: a launch with cache entries (entry=...) writes entries, not output rows; pass "
+                         "output=None")
+    return None
+
+
 def _decode_bind(args: _lib.DecodeArgs, state: Any, input: Any, ape: Any, output: Any, plans: Any, stream: int,
-                 layout: Any, requests_per_block: Any, pdl: Any, checker: bool) -> Tuple[bool, tuple]:
-    """Checks and fills args; returns (on the host, the views to keep alive)."""
-    s, i, a, o, p = (view(state, "state", stream), view(input, "input", stream), view(ape, "ape", stream),
-                     view(output, "output", stream), view(plans, "plans", stream))
+                 layout: Any, requests_per_block: Any, pdl: Any, checker: bool, extended: bool = False,
+                 state_layout: Any = None, output_index: Any = None, entry: Any = None) -> Tuple[bool, tuple]:
+    """Checks and fills args; returns (on the host, the views to keep alive). `extended`: fill the
+    state layout, output index and entry fields too (zero where None); without it they are left
+    as they are (zero in the structs of calls that never pass them)."""
+    s, i, a, p = (view(state, "state", stream), view(input, "input", stream), view(ape, "ape", stream),
+                  view(plans, "plans", stream))
+    o = _output_view(output, entry, stream)
     if checker:
         if not p.on_host:
             raise ValueError("plans: the checker reads plans in host memory; copy them to the host first")
         on_host = True
     else:
-        on_host = _same_device([("state", s), ("input", i), ("ape", a), ("output", o), ("plans", p)])
+        on_host = _same_device([("state", s), ("input", i), ("ape", a), ("output", o), ("plans", p)] if o is not None
+                               else [("state", s), ("input", i), ("ape", a), ("plans", p)])
     batch = _records(p, "plans", DECODE_PLAN_BYTES, "decode plan")
-    head_dim, sd, idt, od = _common(s, i, a, o, batch, batch, "batch")
+    head_dim, sd, idt, od = _common(s, i, a, o, batch, 0 if output_index is not None else batch, "batch",
+                                    state_layout)
     _aligned(p, "plans", DECODE_PLAN_BYTES)
     if not checker:
         _writable(s, "state")
-        _writable(o, "output")
+        if o is not None:
+            _writable(o, "output")
+    keep: tuple = (s, i, a, o, p)
+    if extended:
+        keep += tuple(_extras_bind(args, s, head_dim, batch, state_layout, output_index, entry, stream, checker,
+                                   s.device))
     args.head_dim, args.state_dtype, args.input_dtype, args.output_dtype = head_dim, sd, idt, od
     args.state, args.state_pages = s.ptr, s.shape[0]
     args.input, args.ape = i.ptr, a.ptr
-    args.output, args.output_rows = o.ptr, o.shape[0]
+    args.output, args.output_rows = (o.ptr, o.shape[0]) if o is not None else (None, 0)
     args.plans, args.batch = p.ptr, batch
     _layout(layout, args)
     args.pdl = 1 if pdl else 0
     args.requests_per_block = _int(requests_per_block, "requests_per_block", _INT32)
-    return on_host, (s, i, a, o, p)
+    return on_host, keep
 
 
 def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream: Any = None, layout: Any = None,
-           requests_per_block: int = 0, pdl: bool = False, host_options: Optional[HostOptions] = None) -> None:
+           requests_per_block: int = 0, pdl: bool = False, host_options: Optional[HostOptions] = None,
+           state_layout: Optional[StateLayout] = None, output_index: Any = None,
+           entry: Optional[Entry] = None) -> None:
     """One decode step: one new token per request (c128_decode, or c128_decode_host on the host).
 
     Args:
-        state: [pages, 128, 2 * head_dim] f32 or bf16, the compression state (written).
+        state: [pages, 128, 2 * head_dim] f32 or bf16, the compression state (written); with a
+            ``state_layout``, [blocks, block_rows, 2 * head_dim] (or [blocks, block_rows,
+            head_dim] with a score plane).
         input: [batch, 2 * head_dim] f32 or bf16, kv | score of each request's new token.
         ape: [128, head_dim] float32, the position bias.
         output: [rows >= batch, head_dim] f32 or bf16; row b is written only when request b
-            completed a window (its other rows are left as they are).
+            completed a window (its other rows are left as they are). None with ``entry``.
         plans: batch decode plans: uint8 [batch, 16] (SGLang's), int32 [batch, 4] or a
             DECODE_PLAN_DTYPE array.
         stream: CUDA stream (int handle, or an object with cuda_stream / ptr); default: PyTorch's
@@ -408,12 +764,23 @@ def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream:
         requests_per_block: 1..32 requests per block, 0 = automatic.
         pdl: launch with programmatic dependent launch.
         host_options: HostOptions for the host runner.
+        state_layout: a :class:`StateLayout` (blocks, block table, score plane, biased scores);
+            default: today's layout.
+        output_index: int64 [batch]: request b's window goes to output row (or cache entry)
+            output_index[b] (SGLang's out_loc); indices outside the output (or cache) are
+            skipped. Default: row b.
+        entry: an :class:`Entry`: write DeepSeek-V4 cache entries instead of pooled rows.
 
     Raises:
         TypeError, ValueError: an argument the binding refuses (named in the message).
         Error: the library's status.
     """
-    key = _torch_cuda_key((state, input, ape, output, plans), (layout, requests_per_block, pdl))
+    extended = state_layout is not None or output_index is not None or entry is not None
+    if not extended:
+        key = _torch_cuda_key((state, input, ape, output, plans), (layout, requests_per_block, pdl))
+    else:
+        key = _torch_cuda_key_extra((state, input, ape, output, plans), (layout, requests_per_block, pdl),
+                                    state_layout, output_index, entry)
     if key is not None:
         cached = _launch_cache.get(key)
         if cached is not None:  # the same tensors and options as a checked call: launch its struct
@@ -422,12 +789,17 @@ def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream:
             if status:
                 raise Error(status, "c128_decode")
             return
-    args = _lib.DecodeArgs() if key is not None else getattr(_tls, "decode", None)
-    if args is None:
-        args = _tls.decode = _lib.DecodeArgs()
+    if key is not None:
+        args = _lib.DecodeArgs()
+    else:
+        name = "decode_extended" if extended else "decode"
+        args = getattr(_tls, name, None)
+        if args is None:
+            args = _lib.DecodeArgs()
+            setattr(_tls, name, args)
     handle = _resolve_stream(stream, state)
     on_host, keep = _decode_bind(args, state, input, ape, output, plans, handle, layout, requests_per_block, pdl,
-                                 False)
+                                 False, extended, state_layout, output_index, entry)
     if key is not None and not on_host:
         _remember(key, args)
     if on_host:
@@ -445,6 +817,7 @@ class _Bound:
     the device check and stream lookup, rebind, and the call (one C call, host or device)."""
 
     _names: Tuple[str, ...] = ()
+    _extras = ("state_layout", "output_index", "entry")  # rebindable like the tensors
     _function = ""  # "decode" or "prefill": the C functions c128_<name> and c128_<name>_host
     _launch: Any = None  # _lib's function of that name, and of the host runner
     _run_host: Any = None
@@ -459,10 +832,12 @@ class _Bound:
         self._stream = current_stream_function(state)
 
     def rebind(self, **tensors: Any) -> None:
-        """Replace some of the bound tensors (all checks again; on failure the old ones stay)."""
+        """Replace some of the bound tensors, or the state_layout, output_index or entry (all
+        checks again; on failure the old ones stay)."""
         for name in tensors:
             if name not in self._tensors:
-                raise TypeError(f"{name}: not a tensor of {type(self).__name__} ({', '.join(self._names)})")
+                raise TypeError(f"{name}: not a tensor of {type(self).__name__} "
+                                f"({', '.join(self._names + self._extras)})")
         old = dict(self._tensors)
         self._tensors.update(tensors)
         try:
@@ -500,8 +875,10 @@ class Decode(_Bound):
     _run_host = staticmethod(_lib.decode_host)
 
     def __init__(self, state: Any, input: Any, ape: Any, output: Any, plans: Any, *, layout: Any = None,
-                 requests_per_block: int = 0, pdl: bool = False) -> None:
-        self._tensors = dict(zip(self._names, (state, input, ape, output, plans)))
+                 requests_per_block: int = 0, pdl: bool = False, state_layout: Optional[StateLayout] = None,
+                 output_index: Any = None, entry: Optional[Entry] = None) -> None:
+        self._tensors = dict(zip(self._names + self._extras,
+                                 (state, input, ape, output, plans, state_layout, output_index, entry)))
         self._options = {"layout": layout, "requests_per_block": requests_per_block, "pdl": pdl}
         self._args = _lib.DecodeArgs()
         self._ref = byref(self._args)
@@ -512,7 +889,8 @@ class Decode(_Bound):
         handle = current_stream(t["state"])
         self._on_host, _ = _decode_bind(self._args, t["state"], t["input"], t["ape"], t["output"], t["plans"], handle,
                                         self._options["layout"], self._options["requests_per_block"],
-                                        self._options["pdl"], False)
+                                        self._options["pdl"], False, True, t["state_layout"], t["output_index"],
+                                        t["entry"])
         self._bound()
 
     @property
@@ -523,9 +901,10 @@ class Decode(_Bound):
 # ---- prefill ------------------------------------------------------------------------------------------
 def _prefill_bind(args: _lib.PrefillArgs, state: Any, input: Any, ape: Any, output: Any, compress_plans: Any,
                   write_plans: Any, stream: int, layout: Any, windows_per_block: Any, pdl: Any,
-                  checker: bool) -> Tuple[bool, tuple]:
-    s, i, a, o = (view(state, "state", stream), view(input, "input", stream), view(ape, "ape", stream),
-                  view(output, "output", stream))
+                  checker: bool, extended: bool = False, state_layout: Any = None, output_index: Any = None,
+                  entry: Any = None) -> Tuple[bool, tuple]:
+    s, i, a = view(state, "state", stream), view(input, "input", stream), view(ape, "ape", stream)
+    o = _output_view(output, entry, stream)
     c, w = view(compress_plans, "compress_plans", stream), view(write_plans, "write_plans", stream)
     if checker:
         for v, name in ((c, "compress_plans"), (w, "write_plans")):
@@ -533,47 +912,65 @@ def _prefill_bind(args: _lib.PrefillArgs, state: Any, input: Any, ape: Any, outp
                 raise ValueError(f"{name}: the checker reads plans in host memory; copy them to the host first")
         on_host = True
     else:
-        on_host = _same_device([("state", s), ("input", i), ("ape", a), ("output", o), ("compress_plans", c),
-                                ("write_plans", w)])
+        views = [("state", s), ("input", i), ("ape", a), ("output", o), ("compress_plans", c), ("write_plans", w)]
+        on_host = _same_device([(n, v) for n, v in views if v is not None])
     num_compress = _records(c, "compress_plans", COMPRESS_PLAN_BYTES, "compress plan")
     num_write = _records(w, "write_plans", WRITE_PLAN_BYTES, "write plan")
-    head_dim, sd, idt, od = _common(s, i, a, o, None, num_compress, "rows")
+    head_dim, sd, idt, od = _common(s, i, a, o, None, 0 if output_index is not None else num_compress, "rows",
+                                    state_layout)
     _aligned(c, "compress_plans", COMPRESS_PLAN_BYTES)
     _aligned(w, "write_plans", WRITE_PLAN_BYTES)
     if not checker:
         _writable(s, "state")
-        _writable(o, "output")
+        if o is not None:
+            _writable(o, "output")
+    keep: tuple = (s, i, a, o, c, w)
+    if extended:
+        keep += tuple(_extras_bind(args, s, head_dim, i.shape[0], state_layout, output_index, entry, stream, checker,
+                                   s.device))
     args.head_dim, args.state_dtype, args.input_dtype, args.output_dtype = head_dim, sd, idt, od
     args.state, args.state_pages = s.ptr, s.shape[0]
     args.input, args.input_rows = i.ptr, i.shape[0]
     args.ape = a.ptr
-    args.output, args.output_rows = o.ptr, o.shape[0]
+    args.output, args.output_rows = (o.ptr, o.shape[0]) if o is not None else (None, 0)
     args.compress_plans, args.num_compress = c.ptr, num_compress
     args.write_plans, args.num_write = w.ptr, num_write
     _layout(layout, args)
     args.pdl = 1 if pdl else 0
     args.windows_per_block = _int(windows_per_block, "windows_per_block", _INT32)
-    return on_host, (s, i, a, o, c, w)
+    return on_host, keep
 
 
 def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
             stream: Any = None, layout: Any = None, windows_per_block: int = 0, pdl: bool = False,
-            host_options: Optional[HostOptions] = None) -> None:
+            host_options: Optional[HostOptions] = None, state_layout: Optional[StateLayout] = None,
+            output_index: Any = None, entry: Optional[Entry] = None) -> None:
     """A prefill / extend / verify batch: the compress launch, then the write launch, on one
     stream (c128_prefill, or c128_prefill_host on the host).
 
     Args:
-        state: [pages, 128, 2 * head_dim] f32 or bf16 (written).
+        state: [pages, 128, 2 * head_dim] f32 or bf16 (written); with a ``state_layout`` as in
+            :func:`decode`.
         input: [rows <= 65536, 2 * head_dim] f32 or bf16, the batch's tokens, ragged.
         ape: [128, head_dim] float32.
-        output: [rows >= len(compress_plans), head_dim]: row k <- compress plan k.
+        output: [rows >= len(compress_plans), head_dim]: row k <- compress plan k (with
+            ``output_index``: any rows). None with ``entry``.
         compress_plans: uint8 [n, 16], int32 [n, 4] or COMPRESS_PLAN_DTYPE; every row is
             launched (sentinel rows are skipped on the device).
         write_plans: uint8 [m, 8], int32 [m, 2] or WRITE_PLAN_DTYPE.
-        stream, layout, pdl, host_options: as in :func:`decode`.
+        stream, layout, pdl, host_options, state_layout, entry: as in :func:`decode`.
         windows_per_block: 1..32 compress windows per block, 0 = automatic.
+        output_index: int64 [input rows]: the window that ends at input row r (its plan's
+            ragged_id) goes to output row (or cache entry) output_index[r], as SGLang indexes
+            out_loc; outside the output (or cache): skipped. Default: row k for plan k.
     """
-    key = _torch_cuda_key((state, input, ape, output, compress_plans, write_plans), (layout, windows_per_block, pdl))
+    extended = state_layout is not None or output_index is not None or entry is not None
+    if not extended:
+        key = _torch_cuda_key((state, input, ape, output, compress_plans, write_plans),
+                              (layout, windows_per_block, pdl))
+    else:
+        key = _torch_cuda_key_extra((state, input, ape, output, compress_plans, write_plans),
+                                    (layout, windows_per_block, pdl), state_layout, output_index, entry)
     if key is not None:
         cached = _launch_cache.get(key)
         if cached is not None:
@@ -582,12 +979,17 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
             if status:
                 raise Error(status, "c128_prefill")
             return
-    args = _lib.PrefillArgs() if key is not None else getattr(_tls, "prefill", None)
-    if args is None:
-        args = _tls.prefill = _lib.PrefillArgs()
+    if key is not None:
+        args = _lib.PrefillArgs()
+    else:
+        name = "prefill_extended" if extended else "prefill"
+        args = getattr(_tls, name, None)
+        if args is None:
+            args = _lib.PrefillArgs()
+            setattr(_tls, name, args)
     handle = _resolve_stream(stream, state)
     on_host, keep = _prefill_bind(args, state, input, ape, output, compress_plans, write_plans, handle, layout,
-                                  windows_per_block, pdl, False)
+                                  windows_per_block, pdl, False, extended, state_layout, output_index, entry)
     if key is not None and not on_host:
         _remember(key, args)
     if on_host:
@@ -602,7 +1004,8 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
 
 class Prefill(_Bound):
     """A prefill launch with its tensors checked and bound once (see :class:`Decode`): tensors
-    state, input, ape, output, compress_plans, write_plans."""
+    state, input, ape, output, compress_plans, write_plans (and state_layout, output_index,
+    entry, keyword-only)."""
 
     _names = ("state", "input", "ape", "output", "compress_plans", "write_plans")
     _function = "prefill"
@@ -610,8 +1013,11 @@ class Prefill(_Bound):
     _run_host = staticmethod(_lib.prefill_host)
 
     def __init__(self, state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
-                 layout: Any = None, windows_per_block: int = 0, pdl: bool = False) -> None:
-        self._tensors = dict(zip(self._names, (state, input, ape, output, compress_plans, write_plans)))
+                 layout: Any = None, windows_per_block: int = 0, pdl: bool = False,
+                 state_layout: Optional[StateLayout] = None, output_index: Any = None,
+                 entry: Optional[Entry] = None) -> None:
+        self._tensors = dict(zip(self._names + self._extras, (state, input, ape, output, compress_plans, write_plans,
+                                                              state_layout, output_index, entry)))
         self._options = {"layout": layout, "windows_per_block": windows_per_block, "pdl": pdl}
         self._args = _lib.PrefillArgs()
         self._ref = byref(self._args)
@@ -621,7 +1027,8 @@ class Prefill(_Bound):
         t = self._tensors
         handle = current_stream(t["state"])
         self._on_host, _ = _prefill_bind(self._args, *(t[n] for n in self._names), handle, self._options["layout"],
-                                         self._options["windows_per_block"], self._options["pdl"], False)
+                                         self._options["windows_per_block"], self._options["pdl"], False, True,
+                                         t["state_layout"], t["output_index"], t["entry"])
         self._bound()
 
 
@@ -660,13 +1067,16 @@ def _new_report() -> Tuple[_lib.PlanReport, Any]:
 
 
 def check_decode_plans(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, layout: Any = None,
-                       requests_per_block: int = 0) -> PlanReport:
+                       requests_per_block: int = 0, state_layout: Optional[StateLayout] = None,
+                       output_index: Any = None, entry: Optional[Entry] = None) -> PlanReport:
     """Checks decode plans held in host memory against the launch :func:`decode` would make with
     these arguments (c128_check_decode_plans). The tensors' shapes and dtypes are used, not their
-    data, so they may live anywhere. Returns the :class:`PlanReport`; arguments the launch would
-    refuse raise :class:`Error` with the launch's status."""
+    data, so they may live anywhere, except what the checker reads: the plans, the state
+    layout's block tables and output_index, in host memory. Returns the :class:`PlanReport`;
+    arguments the launch would refuse raise :class:`Error` with the launch's status."""
     args = _lib.DecodeArgs()
-    _, keep = _decode_bind(args, state, input, ape, output, plans, 0, layout, requests_per_block, False, True)
+    _, keep = _decode_bind(args, state, input, ape, output, plans, 0, layout, requests_per_block, False, True, True,
+                           state_layout, output_index, entry)
     report, message = _new_report()
     status = _lib.check_decode_plans(byref(args), byref(report))
     del keep
@@ -674,12 +1084,13 @@ def check_decode_plans(state: Any, input: Any, ape: Any, output: Any, plans: Any
 
 
 def check_prefill_plans(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
-                        layout: Any = None, windows_per_block: int = 0) -> PlanReport:
+                        layout: Any = None, windows_per_block: int = 0, state_layout: Optional[StateLayout] = None,
+                        output_index: Any = None, entry: Optional[Entry] = None) -> PlanReport:
     """Checks prefill plans held in host memory (c128_check_prefill_plans); see
     :func:`check_decode_plans`. Compress plans are checked before write plans."""
     args = _lib.PrefillArgs()
     _, keep = _prefill_bind(args, state, input, ape, output, compress_plans, write_plans, 0, layout,
-                            windows_per_block, False, True)
+                            windows_per_block, False, True, True, state_layout, output_index, entry)
     report, message = _new_report()
     status = _lib.check_prefill_plans(byref(args), byref(report))
     del keep
@@ -689,26 +1100,53 @@ def check_prefill_plans(state: Any, input: Any, ape: Any, output: Any, compress_
 # ---- planners -----------------------------------------------------------------------------------------
 @dataclass
 class Ring:
-    """Where requests' tokens live (c128_ring): ``state_pages`` logical pages; a ring of
-    ``ring_tokens`` slots per request (a multiple of 128, 0 = 128); ``speculative`` when the
-    engine runs speculative decoding on it; an optional ``page_table`` int32 [num_pool, stride]
-    (page of pool row r, ring chunk k; host memory for the host planner, device memory for the
-    device planners). The default, Ring(state_pages), is the legacy layout (page = pool index)."""
+    """Where requests' tokens live (c128_ring, DESIGN 5): ``state_pages`` logical pages (with a
+    block table: the state's physical blocks); a ring of ``ring_tokens`` slots per request (a
+    multiple of 128; 0 = 128, or 2^row_shift with a block table); ``speculative`` when the engine
+    runs speculative decoding on it; an optional ``page_table`` int32 [num_pool, stride] (page of
+    pool row r, ring chunk k). The default, Ring(state_pages), is the legacy layout (page = pool
+    index).
+
+    Other engines' layouts (DESIGN 5.9, 5.11):
+
+    - ``write_all``: persist the last R tokens of every request, not only the open window's
+      (vLLM and TensorRT-LLM keep every row);
+    - ``state_layout``: the :class:`StateLayout` the launches get. With a block table, plans
+      name logical rows (pool index = table row, R = 2^row_shift, no page_table) and every block
+      a plan reads or writes must be allocated (C128_ERROR_BLOCK_MISSING otherwise);
+    - ``null_block``: a block id that marks a missing block (vLLM's 0); None: none;
+    - ``rope_positions``: > 0, every window must start below it, the rows of the cache entries'
+      RoPE table (C128_ERROR_ROPE_TABLE_TOO_SHORT otherwise).
+
+    Tables (page_table, the state layout's block tables) are read in host memory by the host
+    planners and in device memory by the device planners (host arrays there run the planners'
+    code on the CPU)."""
 
     state_pages: int
-    ring_tokens: int = 128
+    ring_tokens: int = 0
     speculative: bool = False
     page_table: Any = None
+    write_all: bool = False
+    state_layout: Optional[StateLayout] = None
+    null_block: Optional[int] = None
+    rope_positions: int = 0
 
 
-def _ring(ring: Any, on_host: bool, stream: int = 0) -> Tuple[_lib.Ring, Optional[View]]:
+def _ring(ring: Any, on_host: bool, stream: int = 0) -> Tuple[_lib.Ring, List[Tuple[str, View]]]:
+    """The C ring and the (name, view) of each table it names (the caller keeps them alive and,
+    for the device planners, checks their device)."""
     if not isinstance(ring, Ring):
         raise TypeError(f"ring: expected c128.Ring, got {describe(ring)}")
     r = _lib.Ring()
     r.ring_tokens = _int(ring.ring_tokens, "ring.ring_tokens", _INT32)
     r.speculative = 1 if ring.speculative else 0
     r.state_pages = _int(ring.state_pages, "ring.state_pages", _INT64)
-    table = None
+    r.write_all = _flag(ring.write_all, "ring.write_all")
+    r.rope_positions = _int(ring.rope_positions, "ring.rope_positions", _INT64)
+    if ring.null_block is not None:
+        r.has_null_block, r.null_block = 1, _int(ring.null_block, "ring.null_block", _INT32)
+    tables: List[Tuple[str, View]] = []
+    where = "host" if on_host else "device"
     if ring.page_table is not None:
         table = view(ring.page_table, "ring.page_table", stream)
         if table.dtype not in ("i32", "u32") or len(table.shape) != 2:
@@ -716,10 +1154,67 @@ def _ring(ring: Any, on_host: bool, stream: int = 0) -> Tuple[_lib.Ring, Optiona
         _contiguous(table, "ring.page_table")
         _aligned(table, "ring.page_table", 4)
         if table.on_host != on_host:
-            where = "host" if on_host else "device"
             raise ValueError(f"ring.page_table: on {_dev(table.device)}; this planner reads {where} memory")
         r.page_table, r.num_pool, r.page_table_stride = table.ptr, table.shape[0], table.shape[1]
-    return r, table
+        tables.append(("ring.page_table", table))
+    if ring.state_layout is not None:
+        try:
+            views = _state_layout_bind(r.state_layout, ring.state_layout, None, stream, False, None, False, "")
+        except (TypeError, ValueError) as e:
+            raise type(e)("ring." + str(e)) from None
+        for name, v in views:
+            if name != "state_layout.score_plane":  # the planners read only the score plane's pointer
+                if v.on_host != on_host:
+                    raise ValueError(f"ring.{name}: on {_dev(v.device)}; this planner reads {where} memory")
+            tables.append(("ring." + name, v))
+    return r, tables
+
+
+def requests_from_lens(seq_lens: Any, query_start: Any, pool_indices: Any = None) -> Any:
+    """A request array (int32 [n, 3], as :func:`requests` makes) from an engine's arrays
+    (c128_requests_from_lens): request i = (pool_indices[i] (default i), seq_lens[i],
+    query_start[i + 1] - query_start[i]). vLLM: seq_lens and query_start_loc; TensorRT-LLM:
+    kv_lens and cu_seq_lens. ``query_start`` has n + 1 entries; None for a decode batch
+    (extend_len 1). Host arrays, lists or 1-D integer tensors; :class:`Error`
+    (C128_ERROR_NEGATIVE_SIZE) where query_start decreases. The device planners read the same
+    arrays on the device (plan_*_device(seq_lens=...))."""
+    np = _numpy()
+    seq = _int32_array(seq_lens, "seq_lens")
+    n = len(seq)
+    qs = None if query_start is None else _int32_array(query_start, "query_start")
+    if qs is not None and len(qs) != n + 1:
+        raise ValueError(f"query_start: expected n + 1 = {n + 1} entries (seq_lens has {n}), got {len(qs)}")
+    pool = None if pool_indices is None else _int32_array(pool_indices, "pool_indices")
+    if pool is not None and len(pool) != n:
+        raise ValueError(f"pool_indices: expected n = {n} entries (one per request), got {len(pool)}")
+    out = np.zeros((n, 3), np.int32)
+    _lib.check(_lib.requests_from_lens(seq.ctypes.data, None if qs is None else qs.ctypes.data,
+                                       None if pool is None else pool.ctypes.data, n, out.ctypes.data),
+               "c128_requests_from_lens")
+    return out
+
+
+def _int32_array(values: Any, name: str) -> Any:
+    """values (a host tensor, array or sequence of integers) as a contiguous 1-D int32 NumPy array."""
+    np = _numpy()
+    if values is None or isinstance(values, (str, bytes, bool, int, float)):
+        raise TypeError(f"{name}: expected a 1-D sequence or host array of integers, got {describe(values)}")
+    if not isinstance(values, (list, tuple)):
+        v = view(values, name)
+        if not v.on_host:
+            raise ValueError(f"{name}: on {_dev(v.device)}; requests_from_lens reads host memory (the device "
+                             f"planners take device arrays: plan_*_device(seq_lens=...))")
+    try:
+        a = np.asarray(values)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name}: expected integers ({e})") from None
+    if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
+        raise TypeError(f"{name}: expected integers, got {a.dtype}")
+    if a.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D array, got shape {_fmt(a.shape)}")
+    if a.size and (int(a.min()) < _INT32[0] or int(a.max()) > _INT32[1]):
+        raise ValueError(f"{name}: values do not fit int32")
+    return np.ascontiguousarray(a, dtype=np.int32)
 
 
 def _numpy() -> Any:
@@ -840,13 +1335,13 @@ def plan_decode(ring: Ring, requests: Any, out: Any = None) -> Any:
     Returns:
         out (or the new array). A refused batch raises :class:`Error` and leaves out untouched.
     """
-    r, table = _ring(ring, True)
+    r, tables = _ring(ring, True)
     req, keep, n = _requests_view(requests, True, 0)
     if out is None:
         out = _new_records(n, "DECODE_PLAN_DTYPE")
     o = _plan_out(out, "out", n, DECODE_PLAN_BYTES, "decode plan", True, None, 0)
     _lib.check(_lib.plan_decode(byref(r), req.ptr, n, o.ptr), "c128_plan_decode")
-    del keep, table
+    del keep, tables
     return out
 
 
@@ -876,7 +1371,7 @@ def plan_prefill(ring: Ring, requests: Any, *, verify: bool = False, capacity: O
         compress, write: where to write (host; uint8 [>= capacity, 16] / [>= capacity, 8],
             int32, or the record dtypes); default: new record arrays.
     """
-    r, table = _ring(ring, True)
+    r, tables = _ring(ring, True)
     req, keep, n = _requests_view(requests, True, 0)
     if capacity is None:
         rows = []
@@ -905,7 +1400,7 @@ def plan_prefill(ring: Ring, requests: Any, *, verify: bool = False, capacity: O
     plans.compress, plans.write, plans.capacity = c.ptr, w.ptr, capacity
     plans.pad_to_capacity = 1 if pad_to_capacity else 0
     _lib.check(_lib.plan_prefill(byref(r), req.ptr, n, 1 if verify else 0, byref(plans)), "c128_plan_prefill")
-    del keep, table
+    del keep, tables
     return PrefillPlans(compress, write, plans.num_compress, plans.num_write)
 
 
@@ -914,16 +1409,53 @@ def plan_workspace_size(num_requests: int) -> int:
     return _lib.plan_workspace_size(_int(num_requests, "num_requests", _INT64))
 
 
-def _device_plan_common(ring: Ring, requests: Any, status: Any, workspace: Any, stream: Any
+def _engine_array(t: Any, name: str, n: Optional[int], stream: int) -> View:
+    v = view(t, name, stream)
+    if v.dtype not in ("i32", "u32"):
+        raise TypeError(f"{name}: expected int32, got {v.dtype}")
+    if len(v.shape) != 1 or (n is not None and v.shape[0] != n):
+        want = f"({n},)" if n is not None else "(n,)"
+        raise ValueError(f"{name}: expected a contiguous int32 tensor of shape {want}, got {_fmt(v.shape)}")
+    _contiguous(v, name)
+    _aligned(v, name, 4)
+    return v
+
+
+def _device_plan_common(ring: Ring, requests: Any, status: Any, workspace: Any, stream: Any, seq_lens: Any = None,
+                        query_start: Any = None, pool_indices: Any = None, prefill: bool = False
                         ) -> Tuple[_lib.DevicePlanArgs, bool, int, tuple, Tuple[str, int]]:
-    handle = _resolve_stream(stream, requests)
-    req, keep, n = _requests_view(requests, None, handle)
+    engine = seq_lens is not None or query_start is not None or pool_indices is not None
+    if engine:  # an engine's own arrays in place of requests
+        if requests is not None:
+            raise ValueError("requests: pass requests or the engine's arrays (seq_lens, query_start, pool_indices), "
+                             "not both")
+        if seq_lens is None:
+            raise TypeError("seq_lens: the engine's arrays need seq_lens (int32 [n])")
+        first = seq_lens
+        handle = _resolve_stream(stream, first)
+        req = _engine_array(seq_lens, "seq_lens", None, handle)
+        n = req.shape[0]
+        engine_views = [("seq_lens", req)]
+        if prefill:
+            if query_start is None:
+                raise TypeError("query_start: a prefill batch needs query_start (int32 [n + 1], cumulative rows)")
+            engine_views.append(("query_start", _engine_array(query_start, "query_start", n + 1, handle)))
+        if pool_indices is not None:
+            engine_views.append(("pool_indices", _engine_array(pool_indices, "pool_indices", n, handle)))
+        for name, v in engine_views[1:]:
+            if v.device != req.device:
+                raise ValueError(f"{name}: on {_dev(v.device)}, seq_lens on {_dev(req.device)}; one device per call")
+        keep_req: Any = engine_views
+    else:
+        handle = _resolve_stream(stream, requests)
+        req, keep_req, n = _requests_view(requests, None, handle)
     on_host = req.on_host
     if on_host:
         _host_stream(stream)
-    r, table = _ring(ring, on_host, handle)
-    if table is not None and table.device != req.device:
-        raise ValueError(f"ring.page_table: on {_dev(table.device)}, requests on {_dev(req.device)}")
+    r, tables = _ring(ring, on_host, handle)
+    for name, table in tables:
+        if name and table.device != req.device:
+            raise ValueError(f"{name}: on {_dev(table.device)}, requests on {_dev(req.device)}")
     st = view(status, "status", handle)
     if st.dtype not in ("i32", "u32") or st.nbytes < 4:
         raise ValueError(f"status: expected an int32 tensor of at least 1 element, got {st.dtype} {_fmt(st.shape)}")
@@ -939,41 +1471,62 @@ def _device_plan_common(ring: Ring, requests: Any, status: Any, workspace: Any, 
             raise ValueError(f"{name}: on {_dev(v.device)}, requests on {_dev(req.device)}; one device per call")
     a = _lib.DevicePlanArgs()
     a.ring = r
-    a.requests, a.num_requests = req.ptr, n
+    a.num_requests = n
+    if engine:
+        views = dict(keep_req)
+        a.seq_lens = views["seq_lens"].ptr
+        a.query_start = views["query_start"].ptr if "query_start" in views else None
+        a.pool_indices = views["pool_indices"].ptr if "pool_indices" in views else None
+    else:
+        a.requests = req.ptr
     a.status, a.workspace = st.ptr, ws.ptr
-    return a, on_host, handle, (keep, table, req, st, ws), req.device
+    return a, on_host, handle, (keep_req, tables, req, st, ws), req.device
 
 
 def plan_decode_device(ring: Ring, requests: Any, plans: Any, status: Any, workspace: Any, *, stream: Any = None,
-                       pdl: bool = False) -> None:
+                       pdl: bool = False, seq_lens: Any = None, pool_indices: Any = None) -> None:
     """The decode planner on the device (c128_plan_decode_device), for CUDA graphs: reads the
     requests (int32 [n, 3]) from device memory, writes n plans into ``plans`` and the batch's
     c128_status into ``status`` (int32 [1]), using ``workspace`` (>= plan_workspace_size(n)
     bytes). Host arrays run the same code on the CPU (c128_plan_decode_device_host).
 
+    An engine's own arrays may stand in for the requests (``requests=None``): ``seq_lens``
+    int32 [n] and optionally ``pool_indices`` int32 [n] (default: request i is pool row i), on
+    the same device.
+
     A bad batch is not an exception: its status goes to ``status`` and every plan becomes a
     padding row. Arguments the planner refuses raise :class:`Error` (and are written to status).
     """
-    a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream)
+    a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream, seq_lens, None,
+                                                           pool_indices)
+    first = requests if requests is not None else seq_lens
     p = _plan_out(plans, "plans", a.num_requests, DECODE_PLAN_BYTES, "decode plan", None, device, handle)
     a.decode = p.ptr
     a.pdl = 1 if pdl else 0
     if on_host:
         _lib.check(_lib.plan_decode_device_host(byref(a)), "c128_plan_decode_device_host")
     else:
-        current_device_check(requests, "requests")
+        current_device_check(first, "requests" if requests is not None else "seq_lens")
         _lib.check(_lib.plan_decode_device(byref(a), handle), "c128_plan_decode_device")
     del keep
 
 
 def plan_prefill_device(ring: Ring, requests: Any, compress: Any, write: Any, counts: Any, status: Any,
                         workspace: Any, *, verify: bool = False, capacity: Optional[int] = None, stream: Any = None,
-                        pdl: bool = False) -> None:
+                        pdl: bool = False, seq_lens: Any = None, query_start: Any = None,
+                        pool_indices: Any = None) -> None:
     """The prefill planner on the device (c128_plan_prefill_device): plans padded to
     ``capacity`` (default: the plan arrays' rows) with sentinels, num_compress and num_write in
     ``counts`` (int64 [2], or None), the batch's status in ``status``. Byte-identical to
-    :func:`plan_prefill` with pad_to_capacity. Host arrays run it on the CPU."""
-    a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream)
+    :func:`plan_prefill` with pad_to_capacity. Host arrays run it on the CPU.
+
+    An engine's own arrays may stand in for the requests (``requests=None``): ``seq_lens``
+    int32 [n] (lengths after the batch), ``query_start`` int32 [n + 1] (cumulative new rows:
+    vLLM's query_start_loc, TensorRT-LLM's cu_seq_lens) and optionally ``pool_indices`` int32
+    [n]; request i = (pool_indices[i] or i, seq_lens[i], query_start[i + 1] - query_start[i])."""
+    a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream, seq_lens,
+                                                           query_start, pool_indices, prefill=True)
+    first = requests if requests is not None else seq_lens
     c_rows = _records(view(compress, "compress", handle), "compress", COMPRESS_PLAN_BYTES, "compress plan")
     w_rows = _records(view(write, "write", handle), "write", WRITE_PLAN_BYTES, "write plan")
     capacity = min(c_rows, w_rows) if capacity is None else _int(capacity, "capacity", _INT64)
@@ -997,7 +1550,7 @@ def plan_prefill_device(ring: Ring, requests: Any, compress: Any, write: Any, co
     if on_host:
         _lib.check(_lib.plan_prefill_device_host(byref(a)), "c128_plan_prefill_device_host")
     else:
-        current_device_check(requests, "requests")
+        current_device_check(first, "requests" if requests is not None else "seq_lens")
         _lib.check(_lib.plan_prefill_device(byref(a), handle), "c128_plan_prefill_device")
     del keep
 

@@ -24,18 +24,18 @@ CUDA = "cuda"
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 _DL_DEVICE_KIND = {_DL_CPU: CPU, _DL_CUDA_HOST: CPU, _DL_CUDA: CUDA, _DL_CUDA_MANAGED: CUDA}
 _DL_READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
-# (type code, bits) -> name; codes: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool.
+# (type code, bits) -> name; codes: 0 int, 1 uint, 2 float, 4 bfloat, 5 complex, 6 bool.
 _DL_DTYPES = {
-    (2, 32): "f32", (2, 16): "f16", (2, 64): "f64", (4, 16): "bf16",
+    (2, 32): "f32", (2, 16): "f16", (2, 64): "f64", (4, 16): "bf16", (5, 64): "c64",
     (0, 8): "i8", (0, 16): "i16", (0, 32): "i32", (0, 64): "i64",
     (1, 8): "u8", (1, 16): "u16", (1, 32): "u32", (1, 64): "u64", (6, 8): "bool",
 }
 # __array_interface__ / __cuda_array_interface__ typestr kind+size -> name.
 _TYPESTR = {
-    "f4": "f32", "f2": "f16", "f8": "f64", "i1": "i8", "i2": "i16", "i4": "i32", "i8": "i64",
+    "f4": "f32", "f2": "f16", "f8": "f64", "c8": "c64", "i1": "i8", "i2": "i16", "i4": "i32", "i8": "i64",
     "u1": "u8", "u2": "u16", "u4": "u32", "u8": "u64", "b1": "bool",
 }
-ITEMSIZE = {"f32": 4, "f16": 2, "f64": 8, "bf16": 2, "i8": 1, "i16": 2, "i32": 4, "i64": 8,
+ITEMSIZE = {"f32": 4, "f16": 2, "f64": 8, "bf16": 2, "c64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8,
             "u8": 1, "u16": 2, "u32": 4, "u64": 8, "bool": 1}
 
 
@@ -93,6 +93,7 @@ _torch_dtypes: dict = {}
 def _torch_dtype_table(torch: Any) -> dict:
     if not _torch_dtypes:
         for attr, name in [("float32", "f32"), ("float16", "f16"), ("float64", "f64"), ("bfloat16", "bf16"),
+                           ("complex64", "c64"),
                            ("int8", "i8"), ("int16", "i16"), ("int32", "i32"), ("int64", "i64"), ("uint8", "u8"),
                            ("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64"), ("bool", "bool")]:
             dt = getattr(torch, attr, None)

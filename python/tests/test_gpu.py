@@ -436,3 +436,120 @@ def test_torch_other_device() -> None:
     mixed = [t[0], to_torch(torch, case.input, "cuda:0")] + t[2:]
     with torch.cuda.device(1), pytest.raises(ValueError, match="^input: on cuda:0, but state is on cuda:1"):
         c128.decode(*mixed)
+
+
+# ---- state layouts, output_index, cache entries on the GPU --------------------------------------------------
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+@pytest.mark.parametrize("kind", ["dsv4_fp8", "dsv4_bf16"])
+def test_torch_entries(kind: str, mode: str, checked) -> None:
+    """Cache entries written by the GPU kernels (PyTorch tensors, a second call through the launch
+    cache): within DESIGN 11.4 of the NumPy reference, nothing else of the cache written, the state
+    bit for bit the host runner's; in an exact build the cache too equals the host runner's."""
+    torch = _torch()
+    from test_entries import POISON, EntryCase
+
+    host = EntryCase("h512_f32_f32_f32", kind, mode, 8, seed=31)
+    gpu = EntryCase("h512_f32_f32_f32", kind, mode, 8, seed=31)
+    host_state = host.run()
+    c = gpu.case
+    t = {n: to_torch(torch, a) for n, a in (("state", c.state), ("input", c.input), ("ape", c.ape),
+                                          ("index", gpu.index), ("gamma", gpu.gamma), ("rope", gpu.rope),
+                                          ("cache", gpu.cache))}
+    plans = [to_torch(torch, p) for p in c.plans]
+    entry = c128.Entry(kind=kind, norm_weight=t["gamma"], rope_table=t["rope"], cache=t["cache"], entries_per_page=8,
+                       eps=1e-6)
+    for _ in range(2):  # the second call launches the cached struct
+        t["cache"].fill_(POISON)
+        state = t["state"].clone()
+        try:
+            if mode == "decode":
+                c128.decode(state, t["input"], t["ape"], None, plans[0], output_index=t["index"],
+                            entry=entry._replace(cache=t["cache"]))
+            else:
+                c128.prefill(state, t["input"], t["ape"], None, *plans, output_index=t["index"],
+                             entry=entry._replace(cache=t["cache"]))
+        except c128.Error as e:
+            if e.status == c128.Status.ERROR_UNSUPPORTED_DEVICE:
+                pytest.skip("cache entries need sm_90 clusters")
+            raise
+        torch.cuda.synchronize()
+        gpu.cache[...] = to_numpy(torch, t["cache"])
+        assert to_numpy(torch, state).tobytes() == host_state.tobytes()
+        assert gpu.check() == []
+        if EXACT:
+            assert gpu.cache.tobytes() == host.cache.tobytes()
+    if (kind, mode) == ("dsv4_bf16", "prefill"):
+        checked(f"GPU cache entries (PyTorch): FP8 and BF16, decode and prefill within DESIGN 11.4 of the NumPy "
+                f"reference{', bit for bit the host runner' if EXACT else ''}")
+
+
+@pytest.mark.parametrize("layout_name", ["table8", "table32_planes", "table8_biased"])
+def test_torch_layouts(layout_name: str) -> None:
+    """A state layout on the GPU: the host runner's pooled rows (as the build promises) and state
+    bit for bit, decode and prefill."""
+    torch = _torch()
+    from test_layouts import LAYOUTS, Layout
+
+    inst = c128.find_instance(512, "f32", "f32", "f32")
+    for mode in ("decode", "prefill"):
+        rng = np.random.default_rng(5)
+        case = decode_case(inst, rng, 60.0, DECODE_FILLS) if mode == "decode" else \
+            prefill_case(inst, rng, 1.0, PREFILL_SHAPES)
+        lay = Layout(rng, case.state.shape[0], 512, **LAYOUTS[layout_name])
+        kv, sc = lay.store(case.state, case.ape)
+        host_kv, host_sc, host_out = kv.copy(), None if sc is None else sc.copy(), case.output.copy()
+        fn = c128.decode if mode == "decode" else c128.prefill
+        fn(host_kv, case.input, case.ape, host_out, *case.plans, state_layout=lay.state_layout(host_sc))
+        g = [to_torch(torch, a) for a in (kv, case.input, case.ape, case.output, *case.plans)]
+        gsc = None if sc is None else to_torch(torch, sc)
+        sl = lay.state_layout(gsc)
+        sl = sl._replace(block_table=None if sl.block_table is None else to_torch(torch, sl.block_table),
+                         score_block_table=None if sl.score_block_table is None else
+                         to_torch(torch, sl.score_block_table))
+        fn(*g, state_layout=sl)
+        torch.cuda.synchronize()
+        assert to_numpy(torch, g[0]).tobytes() == host_kv.tobytes()
+        if sc is not None:
+            assert to_numpy(torch, gsc).tobytes() == host_sc.tobytes()
+        assert agree(to_numpy(torch, g[3]), host_out, "f32", _kv_max(case)) == ""
+
+
+def test_torch_fused_drop_in() -> None:
+    """compress_forward_norm_rope_store and compress_norm_rope_store on PyTorch CUDA tensors
+    (complex64 freqs_cis) write the entries the host runner writes through the same functions
+    (as the build promises: bit for bit in an exact build, within DESIGN 11.4 otherwise)."""
+    torch = _torch()
+    from c128.sglang import compress_forward_norm_rope_store, compress_norm_rope_store
+    from test_sglang import _check_sglang_entries, _sglang_entry_case
+
+    for mode in ("decode", "prefill"):
+        case, plan, kw, table = _sglang_entry_case("h512_f32_f32_f32", mode, 9)
+        host_cache = kw["kvcache"].copy()
+        compress_forward_norm_rope_store(case.state.copy(), case.input, case.ape, plan, head_dim=512,
+                                         **dict(kw, kvcache=host_cache))
+        g = {n: to_torch(torch, v) for n, v in kw.items() if isinstance(v, np.ndarray) and n != "freq_cis"}
+        g["freq_cis"] = torch.from_numpy(kw["freq_cis"]).cuda()
+        gplan = type(plan)(128, *[to_torch(torch, np.ascontiguousarray(p)) for p in plan[1:3] if p is not None])
+        args = dict(kw, **g)
+        try:
+            compress_forward_norm_rope_store(to_torch(torch, case.state), to_torch(torch, case.input),
+                                             to_torch(torch, case.ape), gplan, head_dim=512, **args)
+        except c128.Error as e:
+            if e.status == c128.Status.ERROR_UNSUPPORTED_DEVICE:
+                pytest.skip("cache entries need sm_90 clusters")
+            raise
+        torch.cuda.synchronize()
+        kw["kvcache"][...] = to_numpy(torch, g["kvcache"])
+        assert _check_sglang_entries(case, mode, kw, table) == []
+        if EXACT:
+            assert kw["kvcache"].tobytes() == host_cache.tobytes()
+        # the pair: pooled rows on the GPU, then the one-hot store
+        g["kvcache"].fill_(0xA5)
+        kv = torch.zeros((len(case.plans[0]), 512), dtype=torch.float32, device="cuda")
+        from c128.sglang import compress_forward as cf
+        cf(to_torch(torch, case.state), to_torch(torch, case.input), to_torch(torch, case.ape), gplan, head_dim=512,
+           compress_ratio=128, out=kv)
+        compress_norm_rope_store(kv, gplan, **dict(kw, **g))
+        torch.cuda.synchronize()
+        kw["kvcache"][...] = to_numpy(torch, g["kvcache"])
+        assert _check_sglang_entries(case, mode, kw, table, pooled=to_numpy(torch, kv)) == []

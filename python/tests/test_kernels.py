@@ -62,9 +62,10 @@ def test_rebind() -> None:
     class and its tensors; a tensor that fails the checks is refused and the old binding stays."""
     inst = c128.find_instance(256, "bf16", "f32", "bf16")
     for make, cls, names in ((lambda r: decode_case(inst, r, 1.0, DECODE_FILLS), c128.Decode,
-                              "state, input, ape, output, plans"),
+                              "state, input, ape, output, plans, state_layout, output_index, entry"),
                              (lambda r: prefill_case(inst, r, 1.0, PREFILL_SHAPES), c128.Prefill,
-                              "state, input, ape, output, compress_plans, write_plans")):
+                              "state, input, ape, output, compress_plans, write_plans, state_layout, output_index, "
+                              "entry")):
         a, b = make(np.random.default_rng(7)), make(np.random.default_rng(7))
         bound = cls(a.state, a.input, a.ape, a.output, *a.plans)
         bound.rebind(state=b.state, output=b.output)

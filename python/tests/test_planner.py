@@ -187,3 +187,93 @@ def test_workspace_size() -> None:
     with pytest.raises(ValueError, match="workspace"):
         c128.plan_decode_device(c128.Ring(8), [(0, 5, 1)], np.zeros((1, 16), np.uint8), np.zeros(1, np.int32),
                                 np.zeros(8, np.uint8))
+
+
+def test_requests_from_lens() -> None:
+    """requests_from_lens = the engine's arrays as request triples (lists, int32 / int64 arrays);
+    decode without query_start; a decreasing query_start is C128_ERROR_NEGATIVE_SIZE."""
+    got = c128.requests_from_lens([300, 20, 7], [0, 300, 320, 321], [4, 1, 9])
+    assert got.dtype == np.int32 and got.tolist() == [[4, 300, 300], [1, 20, 20], [9, 7, 1]]
+    got = c128.requests_from_lens(np.array([5, 6], np.int64), np.array([0, 2, 5], np.int32))
+    assert got.tolist() == [[0, 5, 2], [1, 6, 3]]
+    assert c128.requests_from_lens([128, 5], None).tolist() == [[0, 128, 1], [1, 5, 1]]
+    assert c128.requests_from_lens([], [0]).shape == (0, 3)
+    with pytest.raises(c128.Error) as e:
+        c128.requests_from_lens([5, 6], [0, 4, 3])
+    assert e.value.status == c128.Status.ERROR_NEGATIVE_SIZE
+    with pytest.raises(ValueError, match="^query_start: expected n \\+ 1 = 3"):
+        c128.requests_from_lens([5, 6], [0, 4])
+    with pytest.raises(ValueError, match="^pool_indices: expected n = 2"):
+        c128.requests_from_lens([5, 6], [0, 1, 2], [1])
+    with pytest.raises(ValueError, match="^seq_lens: values do not fit int32"):
+        c128.requests_from_lens([2**31], None)
+    with pytest.raises(TypeError, match="^seq_lens: expected integers"):
+        c128.requests_from_lens([1.5], None)
+    with pytest.raises(ValueError, match="^query_start: expected a 1-D"):
+        c128.requests_from_lens([5], [[0, 5]])
+    # the planners agree with the requests they stand for
+    ring = c128.Ring(16)
+    reqs = c128.requests_from_lens([300, 140], [0, 300, 320], [3, 5])
+    assert c128.plan_prefill(ring, reqs, capacity=320, pad_to_capacity=True).compress.tobytes() == \
+        c128.plan_prefill(ring, [(3, 300, 300), (5, 140, 20)], capacity=320, pad_to_capacity=True).compress.tobytes()
+
+
+@pytest.mark.parametrize("write_all", [False, True])
+def test_engine_arrays_in_the_device_planners(write_all: bool) -> None:
+    """plan_*_device with seq_lens / query_start / pool_indices in place of requests (on the CPU
+    through the *_device_host twins) = the host planner on requests_from_lens of the same arrays."""
+    rng = np.random.default_rng(12)
+    ring = c128.Ring(64, ring_tokens=256, speculative=True, write_all=write_all)
+    for _ in range(10):
+        n = 6
+        ext = rng.integers(1, 300, n).astype(np.int32)
+        seq = (ext + rng.integers(0, 500, n)).astype(np.int32)
+        qs = np.concatenate([[0], np.cumsum(ext)]).astype(np.int32)
+        pool = rng.permutation(32)[:n].astype(np.int32)
+        for pool_arg in (pool, None):
+            reqs = c128.requests_from_lens(seq, qs, pool_arg)
+            cap = int(ext.sum()) + 4
+            host = c128.plan_prefill(ring, reqs, capacity=cap, pad_to_capacity=True)
+            compress, write = np.zeros((cap, 16), np.uint8), np.zeros((cap, 8), np.uint8)
+            counts, status = np.zeros(2, np.int64), np.full(1, -1, np.int32)
+            workspace = np.zeros(c128.plan_workspace_size(n), np.uint8)
+            c128.plan_prefill_device(ring, None, compress, write, counts, status, workspace, seq_lens=seq,
+                                     query_start=qs, pool_indices=pool_arg)
+            assert status[0] == 0 and list(counts) == [host.num_compress, host.num_write]
+            assert compress.tobytes() == host.compress.tobytes() and write.tobytes() == host.write.tobytes()
+            dplans = np.zeros((n, 16), np.uint8)
+            c128.plan_decode_device(ring, None, dplans, status, workspace, seq_lens=seq, pool_indices=pool_arg)
+            assert status[0] == 0
+            assert dplans.tobytes() == c128.plan_decode(ring, c128.requests_from_lens(seq, None, pool_arg)).tobytes()
+
+
+def test_write_all_and_rope_positions() -> None:
+    """write_all persists the last R tokens of each request (not only the open window's);
+    rope_positions refuses a window starting at or past it (C128_ERROR_ROPE_TABLE_TOO_SHORT),
+    in the host planners and the device planners' twins alike."""
+    reqs = [(0, 300, 300), (1, 140, 20)]
+    some = c128.plan_prefill(c128.Ring(8), reqs, capacity=320)
+    every = c128.plan_prefill(c128.Ring(8, write_all=True), reqs, capacity=320)
+    assert some.num_write == (300 - 256) + (140 - 128)
+    assert every.num_write == 128 + 20  # R = 128: the last 128 tokens of a request of 300, the 20 new ones
+    assert every.num_compress == some.num_compress
+    rows = every.write[: every.num_write]
+    assert rows["ragged_id"].tolist() == list(range(172, 300)) + list(range(300, 320))
+    # rope_positions: the windows of request 0 start at 0 and 128; request 1's at 0
+    assert c128.plan_prefill(c128.Ring(8, rope_positions=129), reqs, capacity=320).num_compress == 3
+    for positions in (128, 1):
+        with pytest.raises(c128.Error) as e:
+            c128.plan_prefill(c128.Ring(8, rope_positions=positions), reqs, capacity=320)
+        assert e.value.status == c128.Status.ERROR_ROPE_TABLE_TOO_SHORT
+        status = np.zeros(1, np.int32)
+        c128.plan_prefill_device(c128.Ring(8, rope_positions=positions), reqs, np.zeros((320, 16), np.uint8),
+                                 np.zeros((320, 8), np.uint8), None, status,
+                                 np.zeros(c128.plan_workspace_size(2), np.uint8))
+        assert status[0] == c128.Status.ERROR_ROPE_TABLE_TOO_SHORT
+    with pytest.raises(c128.Error) as e:  # decode: the boundary window of position 128
+        c128.plan_decode(c128.Ring(8, rope_positions=128), [(0, 256, 1)])
+    assert e.value.status == c128.Status.ERROR_ROPE_TABLE_TOO_SHORT
+    c128.plan_decode(c128.Ring(8, rope_positions=128), [(0, 255, 1)])  # no window: nothing to refuse
+    with pytest.raises(c128.Error) as e:
+        c128.plan_decode(c128.Ring(8, rope_positions=-1), [(0, 5, 1)])
+    assert e.value.status == c128.Status.ERROR_NEGATIVE_SIZE
