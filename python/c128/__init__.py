@@ -48,7 +48,8 @@ from ._tensor import (CPU, View, current_device_check, current_stream, current_s
 __all__ = [
     "__version__", "Error", "Status", "F32", "BF16", "WINDOW", "FAST_BOUND", "MAX_PREFILL_ROWS",
     "MAX_DECODE_GROUP", "MAX_PREFILL_GROUP", "Instance", "BuildInfo", "HostOptions", "PlanReport", "Ring",
-    "PrefillPlans", "StateLayout", "Entry", "OUTPUT_KINDS", "ROPE_DIMS", "requests_from_lens", "instances", "find_instance", "build_info", "decode", "prefill", "Decode", "Prefill",
+    "PrefillPlans", "StateLayout", "Entry", "OUTPUT_KINDS", "ROPE_DIMS", "requests_from_lens", "instances",
+    "find_instance", "build_info", "decode", "prefill", "Decode", "Prefill",
     "check_decode_plans", "check_prefill_plans", "requests", "plan_decode", "plan_prefill", "plan_workspace_size",
     "plan_decode_device", "plan_prefill_device", "decode_group_size", "prefill_group_size", "bf16_from_float",
     "bf16_to_float", "library_path", "sglang", "DECODE_PLAN_DTYPE", "COMPRESS_PLAN_DTYPE", "WRITE_PLAN_DTYPE", "REQUEST_DTYPE",
@@ -289,9 +290,9 @@ def _layout_state_shape(s: View, sl: "StateLayout", a: Optional[View] = None, st
                                f"(kv; scores in state_layout.score_plane)", s)
         return s.shape[2]
     if bad_rows or s.shape[2] <= 0 or s.shape[2] % 2 or (want is not None and s.shape[2] != 2 * want):
+        hint = " (or head_dim with state_layout.score_plane)" if want and s.shape[2:] == (want,) else ""
         raise _shape_error("state", f"(blocks, block_rows = {rows}, 2 * head_dim{f' = {2 * want}' if want else ''})"
-                           f"{' (or head_dim with state_layout.score_plane)' if want and s.shape[2:] == (want,) else ''}",
-                           s)
+                           f"{hint}", s)
     return s.shape[2] // 2
 
 

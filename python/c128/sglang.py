@@ -95,7 +95,8 @@ def _new_out(like: Any, rows: int, head_dim: int) -> Any:
     raise TypeError(f"out: pass out= for {describe(like)} inputs (a new output is made for PyTorch and NumPy only)")
 
 
-def _check_call(kv_score_buffer: Any, plan: Any, head_dim: Any, compress_ratio: Any, is_online: Any) -> Tuple[int, bool]:
+def _check_call(kv_score_buffer: Any, plan: Any, head_dim: Any, compress_ratio: Any,
+                is_online: Any) -> Tuple[int, bool]:
     """head_dim and whether the plan is a decode plan, after SGLang's argument checks."""
     head_dim = _int(head_dim, "head_dim", _INT32)
     if head_dim <= 0:
@@ -367,7 +368,8 @@ def _stage_torch(torch: Any, kv: Any, rows: Any, out_loc: Any, is_decode: bool) 
     x = kv.new_zeros((n, 2 * d))
     x[:, :d] = kv
     if rows.dtype not in (torch.uint8, torch.int32) or rows.dim() != 2 or rows.numel() * rows.element_size() != 16 * n:
-        raise ValueError(f"plan: expected plan rows uint8 [n, 16] or int32 [n, 4], got {rows.dtype} {tuple(rows.shape)}")
+        raise ValueError(f"plan: expected plan rows uint8 [n, 16] or int32 [n, 4], got {rows.dtype} "
+                         f"{tuple(rows.shape)}")
     p32 = rows.contiguous().view(torch.int32).reshape(n, 4)
     seq = p32[:, 0].to(torch.int64) & 0xFFFFFFFF
     if is_decode:

@@ -178,7 +178,8 @@ def _codes_ok(codes: np.ndarray, o: Oracle, w: int, e: int) -> str:
     bad = (np.abs(got - nominal) > 1) | (got < lo) | (got > hi) | ((np.asarray(codes) & 0x7F) == 0x7F)
     if bad.any():
         k = int(np.argmax(bad))
-        return (f"block {w} channel {BLOCK * w + k}: code {int(codes[k]):#04x}, expected {int(e4m3_code(o.z[sl][k] * scale)):#04x} "
+        want = int(e4m3_code(o.z[sl][k] * scale))
+        return (f"block {w} channel {BLOCK * w + k}: code {int(codes[k]):#04x}, expected {want:#04x} "
                 f"(z {o.z[sl][k]:.6g}, E {e})")
     return ""
 

@@ -442,7 +442,8 @@ def test_entry_limits() -> None:
     # zero sizes: nothing to write, no error
     c128.decode(**dict(k, entry=e._replace(cache=np.zeros((0, e.cache.shape[1]), np.uint8))))
     c128.decode(**dict(k, entry=e._replace(rope_table=np.zeros((0, 64), np.float32))))
-    _expect(ValueError, "^output: a launch with cache entries", c128.decode, **dict(k, output=np.zeros((2, D), np.float32)))
+    _expect(ValueError, "^output: a launch with cache entries", c128.decode,
+            **dict(k, output=np.zeros((2, D), np.float32)))
     _expect(TypeError, "^output: expected a tensor", c128.decode, **dict(k, entry=None))
 
 
