@@ -3315,7 +3315,6 @@ C128__FN int32_t c128__extend_of(const int32_t *query_start, int64_t i) {
   return d < 0 ? -1 : d > INT32_MAX ? INT32_MAX : (int32_t)d;
 }
 
-
 /* Argument rules of one request, in the order both planners apply them; the batch's row limit
    comes next, the pages last. An absent request passes. */
 C128__FN c128_status c128__request_check(const c128_ring *r, c128_request q, int32_t verify) {
