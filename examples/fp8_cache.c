@@ -62,7 +62,7 @@ static double bf16(double x) { return c128_bf16_to_float(c128_bf16_from_float((f
 
 /* The value of an e4m3 code. */
 static double e4m3(unsigned q) {
-  const int e = (q >> 3) & 15, m = q & 7;
+  const int e = (int)((q >> 3) & 15u), m = (int)(q & 7u);
   const double v = e ? (8 + m) * ldexp(1.0, e - 10) : m * ldexp(1.0, -9);
   return q & 0x80 ? -v : v;
 }
