@@ -211,6 +211,23 @@ static c128_status mirror_down(mirror *m, c128_status st, void *state, void *out
   return st;
 }
 
+/* Cache entries (DESIGN 11): gamma, the RoPE table and the cache on the device (the cache's
+   bytes as the host has them), and the cache back to the host after the call. */
+static c128_entry_args entry_up(const c128_instance_info *f, const c128_entry_args *h) {
+  c128_entry_args d = *h;
+  if (h->kind == C128_OUTPUT_POOLED) return d;
+  d.norm_weight = to_device(h->norm_weight, (size_t)f->head_dim * sizeof(float));
+  d.rope_table = to_device(h->rope_table, (size_t)(h->rope_positions > 0 ? h->rope_positions : 0) * 64 * sizeof(float));
+  d.cache = to_device(h->cache, (size_t)(h->cache_pages > 0 ? h->cache_pages * h->page_bytes : 0));
+  return d;
+}
+static void entry_down(const c128_entry_args *d, const c128_entry_args *h) {
+  if (h->kind == C128_OUTPUT_POOLED) return;
+  if (h->cache && h->cache_pages > 0)
+    CUDA_OK(cudaMemcpy(h->cache, d->cache, (size_t)(h->cache_pages * h->page_bytes), cudaMemcpyDeviceToHost));
+  cudaFree((void *)d->norm_weight), cudaFree((void *)d->rope_table), cudaFree(d->cache);
+}
+
 c128_status run_decode(const instance_entry *e, backend be, const c128_decode_args *h, int reverse) {
   if (be == BACKEND_CPU) {
     char msg[256];
@@ -223,7 +240,12 @@ c128_status run_decode(const instance_entry *e, backend be, const c128_decode_ar
   m.plans[0] = to_device(h->plans, (size_t)h->batch * sizeof(c128_decode_plan));
   c128_decode_args d = *h;
   d.state = m.state, d.output = m.output, d.input = m.input, d.ape = m.ape, d.plans = m.plans[0];
-  return mirror_down(&m, e->decode(&d, m.stream), h->state, h->output);
+  d.output_index = to_device(h->output_index, (size_t)h->batch * sizeof(int64_t)); /* NULL stays NULL */
+  d.entry = entry_up(e, &h->entry);
+  const c128_status st = mirror_down(&m, e->decode(&d, m.stream), h->state, h->output);
+  entry_down(&d.entry, &h->entry);
+  cudaFree((void *)d.output_index);
+  return st;
 }
 
 /* run_decode for prefill: the args struct differs, and so do its plan arrays (two). */
@@ -241,7 +263,12 @@ c128_status run_prefill(const instance_entry *e, backend be, const c128_prefill_
   c128_prefill_args d = *h;
   d.state = m.state, d.output = m.output, d.input = m.input, d.ape = m.ape;
   d.compress_plans = m.plans[0], d.write_plans = m.plans[1];
-  return mirror_down(&m, e->prefill(&d, m.stream), h->state, h->output);
+  d.output_index = to_device(h->output_index, (size_t)h->input_rows * sizeof(int64_t));
+  d.entry = entry_up(e, &h->entry);
+  const c128_status st = mirror_down(&m, e->prefill(&d, m.stream), h->state, h->output);
+  entry_down(&d.entry, &h->entry);
+  cudaFree((void *)d.output_index);
+  return st;
 }
 
 void *device_upload(device_buffer *b, const void *host, size_t bytes) {
