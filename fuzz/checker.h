@@ -148,6 +148,25 @@ static void fz_mode_checker(fz_reader *r) {
     if (prefill && off == 4) plans2 = (char *)m1 + off;
     else plans1 = (char *)m1 + off;
   }
+  /* read after the checks in older versions of this mode: the same order */
+  const int osel = rd_u8(r);
+  const int idx = (int)(int32_t)rd_u32(r);
+  const uint32_t fbits = rd_u32(r);
+  const int32_t status_value = (int32_t)rd_u32(r);
+  const int32_t dtype_value = (int32_t)rd_u32(r);
+  const int64_t jobs = rd_below(r, 2) ? rd_huge_count(r, D, prefill) : (int64_t)rd_u64(r);
+  const int32_t sms = (int32_t)rd_u32(r);
+  /* the state layout, output index and cache entries (zero for older inputs): what the checker
+     reads, the table and the index, in buffers of their own sizes; entries as values only */
+  fz_ext x;
+  rd_ext(r, &x);
+  const int Dsafe = D >= 64 && D <= 512 && D % 64 == 0 ? D : 128;
+  const int64_t index_rows = prefill ? (in_rows > 0 ? (in_rows < C128_MAX_PREFILL_ROWS ? in_rows : C128_MAX_PREFILL_ROWS) : 0)
+                                     : len1;
+  /* open bug 8: an output index on a sharded state (see mode 0) */
+  if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
+  fz_build_ext(&x, Dsafe, 4, pages >= 0 && pages < 12 ? pages : 12, span, index_rows, out_rows,
+               pages >= 0 && pages <= 4096 ? pages : 64);
   fz_set_context("mode 4 (checker) %s head_dim %d dtypes %d/%d/%d pages %lld input_rows %lld output_rows %lld layout "
                  "{%d, %d, %d} plans %lld/%lld counts %lld/%lld%s%s group %d message %zu%s%s",
                  prefill ? "prefill" : "decode", D, sd, id, od, (long long)pages, (long long)in_rows,
@@ -155,6 +174,7 @@ static void fz_mode_checker(fz_reader *r) {
                  (long long)count1, (long long)count2, null_plans ? " NULL plans" : "",
                  misalign ? " misaligned plans" : "", group, msg_size, null_args ? " NULL args" : "",
                  null_report ? " NULL report" : "");
+  fz_ext_context(&x);
 
   c128_plan_report rep = {777, C128_PLAN_DECODE, msg, msg_size};
   c128_status st;
@@ -168,6 +188,7 @@ static void fz_mode_checker(fz_reader *r) {
     pa.compress_plans = (const c128_compress_plan *)plans1, pa.num_compress = count1;
     pa.write_plans = (const c128_write_plan *)plans2, pa.num_write = count2;
     pa.windows_per_block = group;
+    fz_apply_ext(&x, &pa.state_layout, &pa.output_index, &pa.entry);
     st = c128_check_prefill_plans(null_args ? NULL : &pa, null_report ? NULL : &rep);
   } else {
     da.head_dim = D;
@@ -175,12 +196,15 @@ static void fz_mode_checker(fz_reader *r) {
     da.state_pages = pages, da.output_rows = out_rows, da.layout = lay;
     da.plans = (const c128_decode_plan *)plans1, da.batch = count1;
     da.requests_per_block = group;
+    fz_apply_ext(&x, &da.state_layout, &da.output_index, &da.entry);
     st = c128_check_decode_plans(null_args ? NULL : &da, null_report ? NULL : &rep);
   }
   fz_add_context(" -> %s", c128_status_string(st));
 
   /* The status the launch's validation gives. */
-  const m_args ma = {prefill, D, sd, id, od, pages, in_rows, out_rows, count1, count2, lay, group, plans1, plans2};
+  const m_args ma = {prefill, D,      sd,     id,     od,     pages,  in_rows, out_rows, count1,
+                     count2,  lay,    group,  plans1, plans2, prefill ? &pa.state_layout : &da.state_layout,
+                     prefill ? pa.output_index : da.output_index, prefill ? &pa.entry : &da.entry};
   const c128_status vwant = m_validate(&ma); /* the launch's, which has no report to be NULL */
   const c128_status want = null_args || null_report ? C128_ERROR_NULL_POINTER : vwant;
   FZ_CHECK(5, st == want || (want == C128_SUCCESS && st == C128_ERROR_INVALID_PLAN),
@@ -201,8 +225,7 @@ static void fz_mode_checker(fz_reader *r) {
                               : m_has_work(&ma)       ? C128_ERROR_NULL_POINTER
                                                       : C128_SUCCESS;
     const int inst = fz_find_instance(D, sd, id, od);
-    const int other =
-        inst >= 0 ? (inst + 1 + rd_below(r, FZ_NUM_INSTANCES - 1)) % FZ_NUM_INSTANCES : rd_below(r, FZ_NUM_INSTANCES);
+    const int other = inst >= 0 ? (inst + 1 + osel % (FZ_NUM_INSTANCES - 1)) % FZ_NUM_INSTANCES : osel % FZ_NUM_INSTANCES;
     c128_status lst, tst = lwant, ost = C128_ERROR_INSTANCE_MISMATCH;
     if (prefill) {
       lst = c128_prefill_host(null_args ? NULL : &pa, NULL);
@@ -220,42 +243,19 @@ static void fz_mode_checker(fz_reader *r) {
   }
 
   if (!null_args && !null_report && want == C128_SUCCESS) {
-    const fz_layout L = fz_layout_of(pages, lay);
     int *off1 = (int *)fz_alloc((size_t)len1 * sizeof(int) + 1),
         *off2 = (int *)fz_alloc((size_t)len2 * sizeof(int) + 1);
-    int *run = (int *)fz_alloc((size_t)(len1 + len2) * sizeof(int) + 1);
-    int64_t *slot = (int64_t *)fz_alloc((size_t)(len1 + len2) * sizeof(int64_t) + 1);
-    for (int64_t k = 0; k < count1; ++k) {
-      if (prefill) {
-        const c128_compress_plan p = ((const c128_compress_plan *)plans1)[k];
-        const m_compress m = m_compress_plan(&L, k, in_rows, out_rows, p);
-        off1[k] = m.reason == M_SKIP ? 1 : m.reason == M_RUN && p.seq_len % 128 != 0 ? 2 : 0;
-      } else {
-        const c128_decode_plan p = ((const c128_decode_plan *)plans1)[k];
-        const m_decode m = m_decode_plan(&L, k, count1, out_rows, p);
-        off1[k] = m.reason == M_SKIP                                                      ? 1
-                  : m.reason == M_RUN && m.boundary && p.read_page_1 != p.write_loc / 128 ? 2
-                                                                                          : 0;
-        run[k] = m.reason == M_RUN, slot[k] = p.write_loc;
-      }
-    }
-    if (!prefill) {
-      fz_mark_duplicates(slot, run, count1, off1);
-      fz_mark_window_conflicts(&L, (const c128_decode_plan *)plans1, run, count1, off1);
-    }
-    for (int64_t k = 0; k < count2; ++k) {
-      const c128_write_plan p = ((const c128_write_plan *)plans2)[k];
-      const m_write m = m_write_plan(&L, in_rows, p);
-      off2[k] = m.reason == M_SKIP, run[k] = m.reason == M_RUN, slot[k] = p.write_loc;
-    }
-    if (prefill) fz_mark_duplicates(slot, run, count2, off2);
-    if (prefill)
+    if (prefill) {
+      m_check_prefill(&ma, (const c128_compress_plan *)plans1, count1, (const c128_write_plan *)plans2, count2, off1,
+                      off2);
       fz_check_report(st, &rep, msg, msg_size, off1, count1, off2, count2, C128_PLAN_COMPRESS, C128_PLAN_WRITE);
-    else fz_check_report(st, &rep, msg, msg_size, off1, count1, NULL, 0, C128_PLAN_DECODE, C128_PLAN_DECODE);
-    free(off1), free(off2), free(run), free(slot);
+    } else {
+      m_check_decode(&ma, (const c128_decode_plan *)plans1, count1, off1);
+      fz_check_report(st, &rep, msg, msg_size, off1, count1, NULL, 0, C128_PLAN_DECODE, C128_PLAN_DECODE);
+    }
+    free(off1), free(off2);
   }
   { /* the small API: instance lookups for any index, bf16 conversions for any bits */
-    const int idx = (int)(int32_t)rd_u32(r);
     c128_instance_info info;
     const c128_status ist = c128_instance_info_get(idx, &info);
     const int count = c128_instance_count();
@@ -270,7 +270,6 @@ static void fz_mode_checker(fz_reader *r) {
                    info.prefill_host == fz_instances[idx].prefill_host,
                "instance %d: info differs from the table", idx);
     FZ_CHECK(5, c128_instance_info_get(0, NULL) == C128_ERROR_NULL_POINTER, "c128_instance_info_get(0, NULL)");
-    const uint32_t fbits = rd_u32(r);
     const float f = fz_float(fbits);
     const uint16_t h = c128_bf16_from_float(f);
     if (f != f) FZ_CHECK(5, (h & 0x7FFF) > 0x7F80, "bf16 of NaN 0x%08x is 0x%04x, not a NaN", fbits, h);
@@ -281,19 +280,17 @@ static void fz_mode_checker(fz_reader *r) {
     FZ_CHECK(5, fz_bits(w) == (fbits & 0xFFFFu) << 16, "bf16 0x%04x widens to 0x%08x", fbits & 0xFFFFu, fz_bits(w));
   }
   { /* c128_status_string on any value a C caller may hold; the public helpers on any sizes */
-    const int32_t v = (int32_t)rd_u32(r);
+    const int32_t v = status_value;
     c128_status any;
     memcpy(&any, &v, sizeof v);
     const char *text = c128_status_string(any);
     FZ_CHECK(5, text && strlen(text) > 0, "c128_status_string(%d) is empty", v);
-    int32_t dt = (int32_t)rd_u32(r);
+    int32_t dt = dtype_value;
     c128_dtype anyd;
     memcpy(&anyd, &dt, sizeof dt);
     const size_t es = c128_dtype_size(anyd);
     FZ_CHECK(5, es == (dt == C128_F32 ? 4u : dt == C128_BF16 ? 2u : 0u), "c128_dtype_size(%d) = %zu", dt, es);
     /* Group sizes and the workspace size are defined for every argument (UBSan sees overflow). */
-    const int64_t jobs = rd_below(r, 2) ? rd_huge_count(r, D, prefill) : (int64_t)rd_u64(r);
-    const int32_t sms = (int32_t)rd_u32(r);
     const int32_t gd = c128_decode_group_size(jobs, D, sms), gp = c128_prefill_group_size(jobs, D, sms);
     FZ_CHECK(5, gd >= 1 && gd <= C128_MAX_DECODE_GROUP && gp >= 1 && gp <= C128_MAX_PREFILL_GROUP,
              "group sizes %d / %d for %lld jobs, head_dim %d, %d SMs", gd, gp, (long long)jobs, D, sms);
@@ -302,4 +299,5 @@ static void fz_mode_checker(fz_reader *r) {
              "c128_plan_workspace_size(%lld) = %zu", (long long)jobs, ws);
   }
   free(p1), free(p2), free(m1), free(msg);
+  fz_free_ext(&x);
 }

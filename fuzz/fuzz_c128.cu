@@ -35,6 +35,8 @@ extern "C" {
 
 #include "internals.h"
 
+#include "extras.h"
+
 #include "kernels.h"
 
 #include "scenario.h"

@@ -1,55 +1,90 @@
 /* The library's own plan reasons (SPEC 6.5), called directly: the one place that knows the
    implementation's internal names, so that a refactoring of c128.cuh touches this file only.
-   Part of fuzz_c128.cu. Classes: M_RUN, M_PAD, M_SKIP. */
+   Part of fuzz_c128.cu. Classes: M_RUN, M_PAD, M_SKIP. The launch's kernel variant (today's
+   layout, any layout, cache entries) is the one the arguments select (c128__variant). */
 
 static int fz_reason_class(int reason) {
   return reason == C128__RUN ? M_RUN : reason == C128__PADDING ? M_PAD : M_SKIP;
 }
 
-/* The fuzzer draws today's layout and pooled rows: the kernels of no variant (c128__trait). */
-static const c128__shape_of fz_today = {0, C128__LOG2_WINDOW, 0};
-static const c128__trait fz_today_trait = {0, 0, 0, 0, 0, 0};
-
 typedef struct fz_lib_decode {
-  int reason;
-  int64_t write_row; /* -1: the slot belongs to another rank */
+  int reason; /* -1: the arguments do not validate */
+  int layout; /* the kernel of any layout: read_row0 is a logical row */
+  int64_t write_kv, write_score; /* -1: the slot belongs to another rank */
   int boundary;
   int64_t read_row0, out_row;
   int buffer_len;
+  int32_t position;
 } fz_lib_decode;
 
 static fz_lib_decode fz_lib_decode_reason(const c128_decode_args *a, int64_t b) {
+  fz_lib_decode d;
+  memset(&d, 0, sizeof d);
+  d.reason = -1;
+  c128__trait t;
+  c128__shape_of shape;
+  if (c128__instance_trait(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, &t) != C128_SUCCESS ||
+      c128__validate_decode(a, t, 0, &shape) != C128_SUCCESS)
+    return d;
+  t = c128__variant_trait(t, c128__variant(&shape, &a->entry, a->output_index));
   c128__more more;
-  const c128__params p = c128__decode_params(a, &fz_today, &more);
+  const c128__params p = c128__decode_params(a, &shape, &more);
   c128__decode_job job;
   memset(&job, 0, sizeof job);
-  const int reason = c128__decode_prepare(&p, fz_today_trait, b, 0, 0, &job);
-  fz_lib_decode d = {
-      reason, job.write ? job.write_row.kv : -1, job.boundary, job.win.state_row0, job.win.out_row, job.win.buffer_len};
+  d.reason = c128__decode_prepare(&p, t, b, 0, 0, &job);
+  d.layout = t.layout;
+  d.write_kv = job.write ? job.write_row.kv : -1;
+  d.write_score = job.write ? job.write_row.score : -1;
+  d.boundary = job.boundary, d.read_row0 = job.win.state_row0, d.out_row = job.win.out_row;
+  d.buffer_len = job.win.buffer_len, d.position = job.position;
   return d;
 }
 
 typedef struct fz_lib_compress {
-  int reason;
+  int reason; /* -1: the arguments do not validate */
+  int layout;
   int64_t state_row0, input_row0, out_row;
   int buffer_len;
+  int32_t position;
 } fz_lib_compress;
 
 static fz_lib_compress fz_lib_compress_reason(const c128_prefill_args *a, int64_t k) {
+  fz_lib_compress c;
+  memset(&c, 0, sizeof c);
+  c.reason = -1;
+  c128__trait t;
+  c128__shape_of shape;
+  if (c128__instance_trait(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, &t) != C128_SUCCESS ||
+      c128__validate_prefill(a, t, 0, &shape) != C128_SUCCESS)
+    return c;
+  t = c128__variant_trait(t, c128__variant(&shape, &a->entry, a->output_index));
   c128__more more;
-  const c128__params p = c128__prefill_params(a, C128_PLAN_COMPRESS, &fz_today, &more);
+  const c128__params p = c128__prefill_params(a, C128_PLAN_COMPRESS, &shape, &more);
   c128__window w;
-  int32_t position = 0;
   memset(&w, 0, sizeof w);
-  const int reason = c128__compress_prepare(&p, fz_today_trait, k, 0, 0, &w, &position);
-  fz_lib_compress c = {reason, w.state_row0, w.input_row0, w.out_row, w.buffer_len};
+  int32_t position = 0;
+  c.reason = c128__compress_prepare(&p, t, k, 0, 0, &w, &position);
+  c.layout = t.layout;
+  c.state_row0 = w.state_row0, c.input_row0 = w.input_row0, c.out_row = w.out_row, c.buffer_len = w.buffer_len;
+  c.position = position;
   return c;
 }
 
-static int fz_lib_write_reason(const c128_prefill_args *a, int64_t k, int64_t *src, int64_t *dst) {
+/* The write kernel's reason; *dst_kv / *dst_score the rows in each plane (-1: another rank's slot). */
+static int fz_lib_write_reason(const c128_prefill_args *a, int64_t k, int64_t *src, int64_t *dst_kv,
+                               int64_t *dst_score) {
+  c128__trait t;
+  c128__shape_of shape;
+  if (c128__instance_trait(a->head_dim, a->state_dtype, a->input_dtype, a->output_dtype, &t) != C128_SUCCESS ||
+      c128__validate_prefill(a, t, 0, &shape) != C128_SUCCESS)
+    return -1;
+  t = c128__variant_trait(t, shape.layout);
   c128__more more;
-  const c128__params p = c128__prefill_params(a, C128_PLAN_WRITE, &fz_today, &more);
-  return c128__write_prepare(&p, k, 0, src, dst);
+  const c128__params p = c128__prefill_params(a, C128_PLAN_WRITE, &shape, &more);
+  c128__dest dst = {-1, -1, 0};
+  const int reason = c128__write_target(&p, t, k, 0, src, &dst);
+  *dst_kv = dst.kv, *dst_score = t.layout ? dst.score : dst.kv;
+  return reason;
 }
 
 static const char *fz_lib_reason_text(int reason) { return c128__reason_text(reason); }
@@ -64,3 +99,7 @@ static void fz_set_group(c128_decode_args *a, int32_t g) { a->requests_per_block
 /* Compress windows per block (0 = automatic). */
 #define FZ_MAX_PREFILL_GROUP C128_MAX_PREFILL_GROUP
 static void fz_set_prefill_group(c128_prefill_args *a, int32_t g) { a->windows_per_block = g; }
+static int32_t fz_host_prefill_group(const c128_prefill_args *a) {
+  return a->windows_per_block > 0 ? a->windows_per_block
+                                  : c128_prefill_group_size(a->num_compress, a->head_dim, 132);
+}

@@ -1,21 +1,29 @@
-/* Modes 0 and 1: arbitrary plan bytes, counts and sizes through the host runner (decode, and
-   prefill = compress + write). Part of fuzz_c128.cu.
+/* Modes 0 and 1: arbitrary plan bytes, counts, sizes, state layouts (DESIGN 5.9), output indices
+   (5.10) and cache entries (11) through the host runner (decode, and prefill = compress +
+   write). Part of fuzz_c128.cu.
 
    Properties (numbers as in fuzz/README.md):
    1  no crash, no out-of-bounds access, no undefined behaviour (the sanitizers);
-   2  what changed is what runnable plans allow: every changed state row is the write row of a
-      plan whose reason is RUN (model of SPEC 6.5 and the library's own reason code, which must
-      agree), each element equal to the input row of one such plan converted to the state
-      dtype; every changed output row is the output row of a RUN plan, and every RUN plan's
-      output row was written, matching the fp64 oracle over the rows the plan names (unless
-      another plan of the launch writes those rows); with the race checker on, a race is
-      reported exactly when two runnable plans conflict; a rejected call changes nothing;
-   5  the plan checker agrees: SUCCESS exactly when no plan is offending, else it names an
-      offending plan (the first that a kernel would skip, if any). */
+   2  the launch's status is the model's (m_launch_status: the argument checks in the launch's
+      order, then the tensors, then a race exactly when two runnable plans conflict with the race
+      checker on), and what changed is what runnable plans allow: every changed row of every
+      state plane is the write row of a plan whose reason is RUN (model of SPEC 6.5 / DESIGN 5.9
+      and the library's own reason code, which must agree), each element equal to the input row
+      of one such plan converted to the state dtype (a biased score with ape added); every
+      changed output row is the target of a RUN plan, and holds the window of the plan that
+      stores last, matching the fp64 oracle over the rows the plan names (unless a plan of the
+      launch writes those rows); with cache entries, exactly the bytes of the entries the model
+      says are written change, each entry DESIGN 11's function of the window's pooled vector
+      (taken from the same launch with pooled rows) bit for bit; a rejected call changes nothing;
+      results do not depend on the group size or the block order;
+   5  the plan checker agrees: SUCCESS exactly when no plan is offending, else it names the first
+      offending plan (own failures, conflicts through the layout, one output row or entry for two
+      windows). */
 
 static double fz_ref[FZ_MAX_D], fz_scale[FZ_MAX_D];
 static float fz_rows[128][2 * FZ_MAX_D], fz_abs_rows[128][2 * FZ_MAX_D];
 static const float *fz_row_ptr[128], *fz_abs_row_ptr[128];
+static float fz_ape_w[128 * FZ_MAX_D]; /* a window's ape: zero on a biased state's rows */
 
 /* >>input: layout, options, argument corruption --------------------------------------------- */
 static c128_shared_layout rd_layout(fz_reader *r) {
@@ -82,22 +90,6 @@ static int rd_corruption(fz_reader *r) {
   return v < 200 ? 0 : 1 + (v - 200) % 24; /* 1..18: one bad argument; 19..24: aliased tensors */
 }
 
-/* The header's aliasing rule over the extents a launch's sizes give: the tensors it writes
-   (state, output) overlap nothing else of the call. `out_rows`: the output rows it writes (decode:
-   batch, prefill: num_compress); `in_rows`: the input rows it reads. */
-static int fz_tensors_alias(const fz_instance *I, const void *state, int64_t pages, const void *input, int64_t in_rows,
-                            const float *ape, const void *output, int64_t out_rows, const void *p1, uint64_t p1_bytes,
-                            const void *p2, uint64_t p2_bytes) {
-  const int need_output = out_rows > 0; /* the launch checks ape and output only when it writes outputs */
-  const uint64_t sb = (uint64_t)pages * 128 * 2 * I->head_dim * fz_es(I->buf);
-  const uint64_t ob = need_output ? (uint64_t)out_rows * I->head_dim * fz_es(I->out) : 0;
-  const uint64_t ib = (uint64_t)in_rows * 2 * I->head_dim * fz_es(I->in),
-                 ab = need_output ? 128u * I->head_dim * 4u : 0;
-  return fz_overlaps(state, sb, input, ib) || fz_overlaps(state, sb, ape, ab) || fz_overlaps(state, sb, output, ob) ||
-         fz_overlaps(state, sb, p1, p1_bytes) || fz_overlaps(state, sb, p2, p2_bytes) ||
-         fz_overlaps(output, ob, input, ib) || fz_overlaps(output, ob, ape, ab) ||
-         fz_overlaps(output, ob, p1, p1_bytes) || fz_overlaps(output, ob, p2, p2_bytes);
-}
 /* Corruptions 19..24: one tensor placed at the start of another. */
 static void fz_alias(int corrupt, void **state, const void **input, const float **ape, void **output,
                      const void **plans) {
@@ -125,105 +117,6 @@ static void fz_alias(int corrupt, void **state, const void **input, const float 
   }
 }
 
-/* The statuses the validation may give for these arguments: `always` ones regardless of the
-   work, `work` ones only when there is work. A rejected call must change nothing. */
-typedef struct fz_expect {
-  uint32_t always, work;
-  int has_work;
-} fz_expect;
-#define FZ_BIT(st) (1u << (int)(st))
-static uint32_t fz_bit_of(c128_status st) { return (unsigned)st < 32u ? 1u << (unsigned)st : 0u; }
-
-/* The compiled instance named by (head_dim, dtypes), or -1: the generic launch's lookup. */
-static int fz_find_instance(int32_t D, int32_t sd, int32_t id, int32_t od) {
-  for (int i = 0; i < FZ_NUM_INSTANCES; ++i)
-    if (fz_instances[i].head_dim == D && (int32_t)fz_instances[i].buf == sd && (int32_t)fz_instances[i].in == id &&
-        (int32_t)fz_instances[i].out == od)
-      return i;
-  return -1;
-}
-
-/* The arguments as the generic launch validates them, tensor pointers excepted, in its order
-   (the header: "the checker accepts exactly what the generic launch accepts"). Written again on
-   purpose: the fuzzer checks the library's validation against this model, not against itself. */
-typedef struct m_args {
-  int prefill;
-  int32_t D, sd, id, od;
-  int64_t pages, input_rows, output_rows, count1, count2; /* decode: count1 = batch */
-  c128_shared_layout layout;
-  int32_t group;
-  const void *plans1, *plans2;
-} m_args;
-static c128_status m_validate(const m_args *a) {
-  if (fz_find_instance(a->D, a->sd, a->id, a->od) < 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
-  if (a->pages < 0) return C128_ERROR_NEGATIVE_SIZE;
-  if (a->pages > INT64_MAX / ((int64_t)128 * 2 * a->D * 4)) return C128_ERROR_STATE_TOO_LARGE;
-  if (!fz_layout_valid(a->layout)) return C128_ERROR_INVALID_LAYOUT;
-  if (!a->prefill) {
-    if (a->count1 < 0 || a->output_rows < 0) return C128_ERROR_NEGATIVE_SIZE;
-    if (a->count1 > INT32_MAX / (a->D / 64)) return C128_ERROR_TOO_MANY_PLANS;
-    if (a->group < 0 || a->group > C128_MAX_DECODE_GROUP) return C128_ERROR_INVALID_GROUP;
-    if (a->count1 == 0) return C128_SUCCESS;
-    if (a->output_rows < a->count1) return C128_ERROR_OUTPUT_TOO_SMALL;
-    if (!a->plans1) return C128_ERROR_NULL_POINTER;
-    if (fz_misaligned(a->plans1, 16)) return C128_ERROR_MISALIGNED;
-    return C128_SUCCESS;
-  }
-  if (a->input_rows < 0 || a->output_rows < 0 || a->count1 < 0 || a->count2 < 0) return C128_ERROR_NEGATIVE_SIZE;
-  if (a->input_rows > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS;
-  if (a->count1 > C128_MAX_PREFILL_ROWS || a->count2 > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_PLANS;
-  if (a->group < 0 || a->group > C128_MAX_PREFILL_GROUP) return C128_ERROR_INVALID_GROUP;
-  if (a->count1 == 0 && a->count2 == 0) return C128_SUCCESS;
-  if (a->output_rows < a->count1) return C128_ERROR_OUTPUT_TOO_SMALL;
-  if ((a->count1 && !a->plans1) || (a->count2 && !a->plans2)) return C128_ERROR_NULL_POINTER;
-  if (fz_misaligned(a->plans1, 16) || fz_misaligned(a->plans2, 8)) return C128_ERROR_MISALIGNED;
-  return C128_SUCCESS;
-}
-/* Does a call with these (valid) arguments have work, i.e. get past the no-work return? */
-static int m_has_work(const m_args *a) { return a->prefill ? a->count1 > 0 || a->count2 > 0 : a->count1 > 0; }
-
-static void fz_expect_common(fz_expect *e, const fz_instance *I, int typed, int32_t head_dim, c128_dtype sd,
-                             c128_dtype id, c128_dtype od, int64_t state_pages, c128_shared_layout l) {
-  if (head_dim != I->head_dim || sd != I->buf || id != I->in || od != I->out)
-    e->always |= typed ? FZ_BIT(C128_ERROR_INSTANCE_MISMATCH) : FZ_BIT(C128_ERROR_UNSUPPORTED_INSTANCE);
-  if (state_pages < 0) e->always |= FZ_BIT(C128_ERROR_NEGATIVE_SIZE);
-  if (state_pages > INT64_MAX / ((int64_t)128 * 2 * I->head_dim * 4)) e->always |= FZ_BIT(C128_ERROR_STATE_TOO_LARGE);
-  if (!fz_layout_valid(l)) e->always |= FZ_BIT(C128_ERROR_INVALID_LAYOUT);
-}
-static void fz_expect_pointers(fz_expect *e, const fz_instance *I, const void *state, const void *input,
-                               const float *ape, const void *output, int need_output) {
-  if (!state || !input || (need_output && (!ape || !output))) e->work |= FZ_BIT(C128_ERROR_NULL_POINTER);
-  if (fz_misaligned(state, 2 * fz_es(I->buf)) || fz_misaligned(input, 2 * fz_es(I->in)) ||
-      (need_output && (fz_misaligned(ape, 8) || fz_misaligned(output, fz_es(I->out)))))
-    e->work |= FZ_BIT(C128_ERROR_MISALIGNED);
-}
-/* Checks a status against the expectation; 1 when the call was rejected. */
-static int fz_check_status(const fz_expect *e, c128_status st, int race_expected, const char *race_msg) {
-  const uint32_t bit = fz_bit_of(st);
-  if (e->always) {
-    FZ_CHECK(2, bit & (e->always | (e->has_work ? e->work : 0)),
-             "status %s; expected one of the argument errors 0x%x (work errors 0x%x)", c128_status_string(st),
-             e->always, e->work);
-    return 1;
-  }
-  if (e->has_work && e->work) {
-    FZ_CHECK(2, bit & e->work, "status %s; expected one of the argument errors 0x%x", c128_status_string(st), e->work);
-    return 1;
-  }
-  if (!e->has_work) {
-    FZ_CHECK(2, st == C128_SUCCESS || (bit & e->work), "status %s for a call with nothing to do",
-             c128_status_string(st));
-    return st != C128_SUCCESS;
-  }
-  const c128_status want = race_expected ? C128_ERROR_RACE_DETECTED : C128_SUCCESS;
-  FZ_CHECK(2, st == want, "status %s, expected %s (%s); race checker: %s", c128_status_string(st),
-           c128_status_string(want),
-           race_expected ? "two runnable plans conflict, the race checker is on"
-                         : "no two runnable plans conflict, or the race checker is off",
-           race_msg && race_msg[0] ? race_msg : "(no message buffer)");
-  return 0;
-}
-
 /* Checker = launch (property 5): the checker over the call's own arguments refuses them with
    the launch's status; when it accepts them, the launch failed, if at all, on a tensor pointer
    (NULL, misaligned, aliased: the checker does not look at tensors) or found a race. A typed
@@ -246,30 +139,86 @@ static int fz_typed_mismatch(int typed, const fz_instance *I, int32_t D, c128_dt
   return typed && (D != I->head_dim || sd != I->buf || id != I->in || od != I->out);
 }
 
-/* >>checks after a run ------------------------------------------------------------------------ */
-typedef struct fz_write_pair {
-  int64_t dst, src;
-} fz_write_pair;
+/* >>state planes ------------------------------------------------------------------------------- */
+/* The state as tensors: one plane of kv | score rows, or (a score plane) kv rows in `kv` and
+   score rows in `sc`, each D elements. */
+typedef struct fz_planes {
+  void *kv, *sc;
+  int split, D;
+  c128_dtype dt;
+} fz_planes;
+/* Element e (0 .. 2D - 1: kv, then score) of physical row `row` of its half's plane. */
+static const void *fz_plane_of(const fz_planes *p, int e) { return p->split && e >= p->D ? p->sc : p->kv; }
+static int64_t fz_plane_elem(const fz_planes *p, int64_t row, int e) {
+  if (!p->split) return row * 2 * p->D + e;
+  return row * p->D + (e >= p->D ? e - p->D : e);
+}
+static float fz_plane_get(const fz_planes *p, int64_t row, int e) {
+  return fz_get(fz_plane_of(p, e), fz_plane_elem(p, row, e), p->dt);
+}
+static int fz_half_equal(const fz_planes *a, const fz_planes *b, int64_t row, int half) {
+  const size_t es = fz_es(a->dt), n = (size_t)a->D * es;
+  const int e = half * a->D;
+  return memcmp((const char *)fz_plane_of(a, e) + fz_plane_elem(a, row, e) * es,
+                (const char *)fz_plane_of(b, e) + fz_plane_elem(b, row, e) * es, n) == 0;
+}
+/* Rows of kv | score values (DESIGN 1's data) into the planes. */
+static void fz_fill_planes(fz_rng *g, const fz_planes *p, int64_t rows, int style) {
+  if (!p->split) {
+    fz_fill_rows(g, p->kv, rows, p->D, p->dt, style);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int dead = style == 2 && rng_next(g) % 17 == 0;
+    for (int c = 0; c < 2 * p->D; ++c)
+      fz_set((void *)fz_plane_of(p, c), fz_plane_elem(p, r, c), p->dt,
+             dead && c >= p->D ? -INFINITY : fz_value(g, c >= p->D, style));
+  }
+}
 
-/* Every changed state row has a runnable writer; every written row is, element by element, the
-   converted input row of one of its writers. */
-static void fz_check_state(const fz_instance *I, const void *state, const void *before, int64_t pages,
-                           const void *input, const fz_write_pair *w, int nw, const char *what) {
+/* A state write of a running plan: input row src into physical rows kv (plane 0) and sc (plane 1;
+   -1: none), at window row `slot` (a biased score's ape row). */
+typedef struct fz_wr {
+  int64_t src, kv, sc;
+  int32_t slot;
+} fz_wr;
+
+/* Element e of input row src as plan w stores it: bits kept when the dtypes agree, else
+   rounded; a biased score is score + ape[slot] rounded once. */
+static int fz_written_ok(const fz_instance *I, const fz_planes *now, int64_t row, int e, const void *input,
+                         const fz_wr *w, const float *ape, int biased) {
   const int D = I->head_dim;
-  const size_t row_bytes = (size_t)2 * D * fz_es(I->buf);
-  for (int64_t row = 0; row < pages * 128; ++row) {
-    const int changed =
-        memcmp((const char *)state + row * row_bytes, (const char *)before + row * row_bytes, row_bytes);
-    int writers = 0;
-    for (int k = 0; k < nw; ++k) writers += w[k].dst == row;
-    FZ_CHECK(2, !changed || writers, "state row %lld changed, but no runnable %s plan writes it", (long long)row, what);
-    if (!writers) continue;
-    for (int e = 0; e < 2 * D; ++e) {
-      int ok = 0;
-      for (int k = 0; k < nw && !ok; ++k)
-        ok = w[k].dst == row && fz_state_elem_ok(state, row * 2 * D + e, I->buf, input, w[k].src * 2 * D + e, I->in);
-      FZ_CHECK(2, ok, "state row %lld element %d (%g) is not the converted input of any runnable %s plan writing it",
-               (long long)row, e, (double)fz_get(state, row * 2 * D + e, I->buf), what);
+  const void *base = fz_plane_of(now, e);
+  const int64_t si = fz_plane_elem(now, row, e);
+  if (!(biased && e >= D)) return fz_state_elem_ok(base, si, I->buf, input, w->src * 2 * D + e, I->in);
+  const float v = fz_get(input, w->src * 2 * D + e, I->in) + ape[w->slot * D + (e - D)];
+  const float got = fz_get(base, si, I->buf);
+  if (v != v) return got != got;
+  return fz_bits(got) == fz_bits(fz_round_to(I->buf, v));
+}
+/* Every changed row of each plane has a runnable writer; every written row is, element by
+   element, the converted input row of one of its writers. */
+static void fz_check_planes(const fz_instance *I, const fz_planes *now, const fz_planes *before, int64_t rows,
+                            const void *input, const float *ape, int biased, const fz_wr *w, int nw,
+                            const char *what) {
+  const int D = I->head_dim;
+  for (int half = 0; half < 2; ++half) {
+    for (int64_t row = 0; row < rows; ++row) {
+      int writers = 0;
+      for (int k = 0; k < nw; ++k) writers += (half ? w[k].sc : w[k].kv) == row;
+      const int changed = !fz_half_equal(now, before, row, half);
+      FZ_CHECK(2, !changed || writers, "state %s row %lld changed, but no runnable %s plan writes it",
+               half ? "score" : "kv", (long long)row, what);
+      if (!writers) continue;
+      for (int c = 0; c < D; ++c) {
+        const int e = half * D + c;
+        int ok = 0;
+        for (int k = 0; k < nw && !ok; ++k)
+          ok = (half ? w[k].sc : w[k].kv) == row && fz_written_ok(I, now, row, e, input, &w[k], ape, biased);
+        FZ_CHECK(2, ok,
+                 "state %s row %lld element %d (%g) is not the converted input of any runnable %s plan writing it",
+                 half ? "score" : "kv", (long long)row, c, (double)fz_plane_get(now, row, e), what);
+      }
     }
   }
 }
@@ -300,8 +249,26 @@ static void fz_check_output(const fz_instance *I, const void *out, int64_t row, 
     fz_fail(3, "%s: output row %lld differs from the oracle over the rows its plan names: %s", what, (long long)row,
             why);
 }
-static void fz_widen_row(int j, const void *base, int64_t row, int D, c128_dtype dt) {
-  for (int c = 0; c < 2 * D; ++c) fz_rows[j][c] = fz_get(base, row * 2 * D + c, dt);
+
+/* fz_rows = the window as the kernel reads it: rows < buffer_len from the state before the launch
+   (window row j at its physical rows in each plane), the others from input rows in_row0 + j.
+   Returns the ape the window adds: a biased state's rows hold theirs already (zero there). */
+static const float *fz_window_rows(const fz_instance *I, const m_kern *K, const fz_planes *before, int64_t row0,
+                                   int buffer_len, const void *input, int64_t in_row0, const float *ape) {
+  const int D = I->head_dim;
+  for (int j = 0; j < 128; ++j) {
+    if (j < buffer_len) {
+      const int64_t rk = m_window_row(K, row0, j, 0), rs = K->S.layout ? m_window_row(K, row0, j, 1) : rk;
+      for (int c = 0; c < D; ++c) fz_rows[j][c] = fz_plane_get(before, rk, c), fz_rows[j][D + c] = fz_plane_get(before, rs, D + c);
+    } else {
+      for (int c = 0; c < 2 * D; ++c) fz_rows[j][c] = fz_get(input, (in_row0 + j) * 2 * D + c, I->in);
+    }
+  }
+  if (!K->S.biased) return ape;
+  memcpy(fz_ape_w, ape, (size_t)128 * D * sizeof(float));
+  for (int j = 0; j < buffer_len; ++j)
+    for (int c = 0; c < D; ++c) fz_ape_w[j * D + c] = 0.0f;
+  return fz_ape_w;
 }
 
 /* The checker's answer against the offending plans of the model. `offending[k]` is 1 for a plan
@@ -339,38 +306,100 @@ static void fz_check_report(c128_status st, const c128_plan_report *rep, const c
   if (msg && msg_size) FZ_CHECK(5, memchr(msg, 0, msg_size) != NULL, "checker message not NUL-terminated");
 }
 
-/* Duplicate slots: off = 2 for every plan but the first of a slot (logical write_loc). */
-static void fz_mark_duplicates(const int64_t *slot, const int *run, int64_t n, int *off) {
-  for (int64_t k = 0; k < n; ++k)
-    for (int64_t j = 0; j < k && run[k]; ++j)
-      if (run[j] && slot[j] == slot[k] && !off[k]) off[k] = 2;
+/* >>outputs: which window stores an output row or entry last ------------------------------------- */
+/* winner[t] for targets t < T: among the jobs whose window goes to t (out[k], -1: none), the one
+   whose store stays: blocks run group after group (reversed: last group first), the windows of a
+   block in job order; -1 where none goes. dup: some target has two windows. */
+static void fz_winners(const int64_t *out, int64_t n, int64_t G, int reverse, int64_t *winner, int64_t T, int *dup) {
+  for (int64_t t = 0; t < T; ++t) winner[t] = -1;
+  *dup = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t t = out[k];
+    if (t < 0 || t >= T) continue;
+    if (winner[t] >= 0) *dup = 1;
+    if (winner[t] < 0 || !reverse || winner[t] / G == k / G) winner[t] = k;
+  }
 }
 
-/* Decode plans whose new row and another plan's window meet: off = 2 for the later of the two
-   (as for a second write of one slot): running plan k writes a row of an earlier running plan
-   j's window (rows 0..126 of its read page), or j writes a row of k's window. Physical rows of
-   the slot, owned by this rank or not: its owner writes it in the same batch. */
-static int64_t fz_decode_write_row(const fz_layout *L, c128_decode_plan p) {
-  return m_phys(L, p.write_loc / 128) * 128 + p.write_loc % 128;
-}
-static int fz_window_holds(const fz_layout *L, c128_decode_plan p, int64_t row) {
-  if (p.write_loc % 128 != 127) return 0;
-  const int64_t at = row - m_phys(L, p.read_page_1) * 128;
-  return at >= 0 && at < 127;
-}
-static void fz_mark_window_conflicts(const fz_layout *L, const c128_decode_plan *plans, const int *run, int64_t n,
-                                     int *off) {
-  int64_t *live = (int64_t *)fz_alloc((size_t)n * sizeof(int64_t) + 1), m = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    if (!run[k]) continue;
-    for (int64_t i = 0; i < m && !off[k]; ++i) {
-      const c128_decode_plan a = plans[live[i]], b = plans[k];
-      if (fz_window_holds(L, a, fz_decode_write_row(L, b)) || fz_window_holds(L, b, fz_decode_write_row(L, a)))
-        off[k] = 2;
+/* The cache after a launch: bytes of the entries that windows wrote are DESIGN 11's entry of the
+   winning window (its pooled vector ys[k], from the launch with pooled rows, at position pos[k]),
+   every other byte as before. */
+static void fz_check_cache(const fz_instance *I, const c128_entry_args *e, const uint8_t *now, const uint8_t *before,
+                           int64_t bytes, const int64_t *winner, int64_t T, const float *ys, const int64_t *pos,
+                           const char *what) {
+  const int D = I->head_dim;
+  m_entry_ctx E = {D, e->kind == C128_OUTPUT_DSV4_FP8, e->entries_per_page, e->page_bytes, e->norm_weight,
+                   e->rope_table, e->norm_eps};
+  uint8_t *want = (uint8_t *)fz_clone(before, (size_t)bytes), *nan = (uint8_t *)fz_alloc((size_t)bytes + 1);
+  int64_t *who = (int64_t *)fz_alloc((size_t)bytes * sizeof(int64_t) + 1);
+  memset(nan, 0, (size_t)bytes + 1);
+  for (int64_t k = 0; k < bytes; ++k) who[k] = -1;
+  uint8_t entry[2 * FZ_MAX_D], scales[FZ_MAX_D / 64 + 1], pairs[FZ_MAX_D];
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t w = winner[t];
+    if (w < 0) continue;
+    m_entry(&E, ys + w * D, pos[w], entry, scales, pairs);
+    int64_t off[2], len[2];
+    const int n = m_entry_ranges(&E, t, off, len);
+    FZ_CHECK(2, off[n - 1] + len[n - 1] <= bytes, "harness: entry %lld outside the cache", (long long)t);
+    memcpy(want + off[0], entry, (size_t)len[0]);
+    for (int64_t b = 0; b < len[0]; ++b) nan[off[0] + b] = pairs[b / 2], who[off[0] + b] = w;
+    if (n == 2) {
+      memcpy(want + off[1], scales, (size_t)len[1]);
+      for (int64_t b = 0; b < len[1]; ++b) who[off[1] + b] = w;
     }
-    live[m++] = k;
   }
-  free(live);
+  for (int64_t k = 0; k < bytes; ++k) {
+    if (nan[k]) { /* a bf16 NaN: its bits are not a property */
+      const int64_t at = k - (k - 0) % 2;
+      uint16_t h;
+      memcpy(&h, now + at, 2);
+      FZ_CHECK(2, (h & 0x7FFFu) > 0x7F80u, "%s: cache byte %lld (entry of job %lld) should hold a bf16 NaN, holds 0x%04x",
+               what, (long long)k, (long long)who[k], h);
+      continue;
+    }
+    FZ_CHECK(2, now[k] == want[k],
+             "%s: cache byte %lld is 0x%02x, DESIGN 11 gives 0x%02x (%s of job %lld; before 0x%02x)", what, (long long)k,
+             now[k], want[k], who[k] >= 0 ? "the entry" : "no entry written: unchanged", (long long)who[k],
+             before[k]);
+  }
+  if (getenv("C128_FUZZ_VERBOSE") && atoi(getenv("C128_FUZZ_VERBOSE")) > 1) {
+    int64_t written = 0;
+    for (int64_t t = 0; t < T; ++t) written += winner[t] >= 0;
+    fprintf(stderr, "c128-fuzz: %s: %lld cache entries checked against DESIGN 11\n", what, (long long)written);
+  }
+  free(want), free(nan), free(who);
+}
+
+/* A run's buffers: the state planes, output and cache, cloned for a second launch. */
+typedef struct fz_bufs {
+  fz_planes st;
+  void *output;
+  uint8_t *cache;
+} fz_bufs;
+static fz_bufs fz_bufs_clone(const fz_bufs *b, size_t plane_bytes, size_t out_bytes, size_t cache_bytes) {
+  fz_bufs c = *b;
+  c.st.kv = fz_clone(b->st.kv, plane_bytes);
+  c.st.sc = b->st.split ? fz_clone(b->st.sc, plane_bytes) : NULL;
+  c.output = fz_clone(b->output, out_bytes);
+  c.cache = (uint8_t *)fz_clone(b->cache, cache_bytes);
+  return c;
+}
+static int fz_bufs_equal(const fz_bufs *a, const fz_bufs *b, size_t plane_bytes, size_t out_bytes,
+                         size_t cache_bytes) {
+  return (!plane_bytes || memcmp(a->st.kv, b->st.kv, plane_bytes) == 0) &&
+         (!a->st.split || !plane_bytes || memcmp(a->st.sc, b->st.sc, plane_bytes) == 0) &&
+         (!out_bytes || memcmp(a->output, b->output, out_bytes) == 0) &&
+         (!cache_bytes || memcmp(a->cache, b->cache, cache_bytes) == 0);
+}
+static void fz_bufs_free(fz_bufs *b) { free(b->st.kv), free(b->st.sc), free(b->output), free(b->cache); }
+
+/* The companion launch's pooled vectors: row k of `out` (count rows, the instance's dtype) as f32. */
+static float *fz_pooled_rows(const fz_instance *I, const void *out, int64_t count) {
+  const int D = I->head_dim;
+  float *ys = (float *)fz_alloc((size_t)(count ? count : 1) * D * sizeof(float));
+  for (int64_t k = 0; k < count * D; ++k) ys[k] = fz_get(out, k, I->out);
+  return ys;
 }
 
 /* >>mode 1: prefill ---------------------------------------------------------------------------- */
@@ -470,6 +499,13 @@ static void fz_corrupt_prefill(c128_prefill_args *a, int corrupt) {
   }
 }
 
+/* Sets up the argument fields every mode-0/1 launch shares from the extras. */
+static void fz_apply_ext(const fz_ext *x, c128_state_layout *sl, const int64_t **index, c128_entry_args *e) {
+  *sl = x->sl;
+  *index = x->isel ? x->index : NULL;
+  *e = x->en;
+}
+
 static void fz_mode_prefill(fz_reader *r) {
   const fz_instance *I = &fz_instances[rd_below(r, FZ_NUM_INSTANCES)];
   const int D = I->head_dim;
@@ -492,79 +528,120 @@ static void fz_mode_prefill(fz_reader *r) {
                          : wsel < 248  ? 1 + wsel % FZ_MAX_PREFILL_GROUP
                          : wsel == 248 ? -1
                                        : FZ_MAX_PREFILL_GROUP + 1 + wsel % 4;
-  const int wgroup_valid = wgroup >= 0 && wgroup <= FZ_MAX_PREFILL_GROUP;
+  /* read after the run in older versions of this mode: the same order */
+  const int32_t wgroup2 = 1 + rd_below(r, FZ_MAX_PREFILL_GROUP);
+  const size_t msg_size = (size_t)rd_below(r, 3) * 40;
+  fz_ext x;
+  rd_ext(r, &x); /* state layout, output index, cache entries: zero for older inputs */
   fz_set_context("mode 1 (prefill kernels) %s pages %lld input_rows %lld compress %lld write %lld output_rows %lld "
                  "layout {%d, %d, %d} corruption %d flags 0x%02x style %d windows_per_block %d",
                  I->name, (long long)P, (long long)N, (long long)NC, (long long)NW, (long long)O, lay.rank, lay.size,
                  lay.pages_per_rank, corrupt, flags, style, wgroup);
+  /* open bug 8: an output index on a sharded state runs the kernel of any layout, which ignores the
+     shared layout; open bug 7: biased state writes read ape, checked only where windows are written */
+  if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
+  const int corrupt_in = fz_guard(7) && x.lsel && ((x.fsel >> 1) & 1) && (corrupt == 3 || corrupt == 9 || corrupt == 24)
+                             ? 0
+                             : corrupt;
+  fz_build_ext(&x, D, fz_es(I->buf), P, span, N, O, -1);
+  fz_ext_context(&x);
 
-  const size_t state_bytes = (size_t)P * 128 * 2 * D * fz_es(I->buf);
-  const size_t out_bytes = (size_t)O * D * fz_es(I->out);
-  void *state = fz_alloc(state_bytes);
+  const int64_t SP = x.blocks, rows = x.rows; /* state_pages, and rows of each plane */
+  const int split = x.sl.score_plane != NULL;
+  const size_t plane_bytes = (size_t)rows * (split ? D : 2 * D) * fz_es(I->buf);
+  const size_t out_bytes = (size_t)O * D * fz_es(I->out), cache_bytes = (size_t)x.cache_bytes;
+  fz_bufs run;
+  memset(&run, 0, sizeof run);
+  run.st.kv = fz_alloc(plane_bytes), run.st.sc = x.score_plane, run.st.split = split, run.st.D = D;
+  run.st.dt = I->buf;
   void *input = fz_alloc((size_t)N * 2 * D * fz_es(I->in));
-  void *output = fz_alloc(out_bytes);
+  run.output = fz_alloc(out_bytes);
+  run.cache = x.cache;
   float *ape = fz_make_ape(&g, D);
-  fz_fill_rows(&g, state, P * 128, D, I->buf, style);
+  fz_fill_planes(&g, &run.st, rows, style);
   fz_fill_rows(&g, input, N, D, I->in, style);
-  memset(output, 0x5A, out_bytes);
-  void *state0 = fz_clone(state, state_bytes), *output0 = fz_clone(output, out_bytes);
+  memset(run.output, 0x5A, out_bytes);
+  fz_bufs before = fz_bufs_clone(&run, plane_bytes, out_bytes, cache_bytes);
 
   c128_prefill_args a;
   memset(&a, 0, sizeof a);
   a.head_dim = D, a.state_dtype = I->buf, a.input_dtype = I->in, a.output_dtype = I->out;
-  a.state = state, a.state_pages = P, a.input = input, a.input_rows = N, a.ape = ape;
-  a.output = output, a.output_rows = O;
+  a.state = run.st.kv, a.state_pages = SP, a.input = input, a.input_rows = N, a.ape = ape;
+  a.output = run.output, a.output_rows = O;
   a.compress_plans = cp, a.num_compress = NC, a.write_plans = wp, a.num_write = NW;
   a.layout = lay;
   fz_set_prefill_group(&a, wgroup);
+  fz_apply_ext(&x, &a.state_layout, &a.output_index, &a.entry);
   const c128_prefill_args clean = a;
   const int typed = (flags >> 5) & 1;
-  fz_corrupt_prefill(&a, corrupt);
-  int aliased = 0;
-  if (corrupt >= 19) { /* only where the extents really overlap: else the call would run on them */
-    c128_prefill_args b = a;
-    const void *plans = b.compress_plans;
-    fz_alias(corrupt, &b.state, &b.input, &b.ape, &b.output, &plans);
-    b.compress_plans = (const c128_compress_plan *)plans;
-    aliased =
-        fz_tensors_alias(I, b.state, b.state_pages, b.input, b.input_rows, b.ape, b.output, b.num_compress,
-                         b.compress_plans, (uint64_t)b.num_compress * 16, b.write_plans, (uint64_t)b.num_write * 8);
-    if (aliased) a = b;
-    fz_add_context(" aliased %d", aliased);
+#define FZ_PREFILL_M_ARGS(v)                                                                                      \
+  {1,          (v).head_dim,     (int32_t)(v).state_dtype,  (int32_t)(v).input_dtype, (int32_t)(v).output_dtype, \
+   (v).state_pages, (v).input_rows, (v).output_rows,        (v).num_compress,         (v).num_write,             \
+   (v).layout,      (v).windows_per_block, (v).compress_plans, (v).write_plans,       &(v).state_layout,         \
+   (v).output_index, &(v).entry}
+#define FZ_PREFILL_TENSORS(v) {(v).state, (v).input, (v).ape, (v).output}
+  fz_corrupt_prefill(&a, corrupt_in);
+  { /* aliasing (19..24) and the new pointers' corruptions: kept where the launch must refuse them */
+    const c128_prefill_args b = a;
+    const void *plans = a.compress_plans;
+    if (corrupt_in >= 19) {
+      fz_alias(corrupt_in, &a.state, &a.input, &a.ape, &a.output, &plans);
+      a.compress_plans = (const c128_compress_plan *)plans;
+    }
+    const c128_prefill_args c = a;
+    const fz_ptrs t = {&a.state, &a.input, &a.ape, &a.output, &plans};
+    fz_corrupt_ext(x.xc, &a.state_layout, &a.output_index, &a.entry, &t);
+    if (!fz_ext_fits(x.xc, &a.state_layout, a.output_index, N, plane_bytes, out_bytes, (uint64_t)NC * 16)) a = c;
+    for (int pass = 0; pass < 2; ++pass) {
+      const m_args ma = FZ_PREFILL_M_ARGS(a);
+      const m_tensors_of tt = FZ_PREFILL_TENSORS(a);
+      const int aliasing = pass == 0 ? x.xc >= 11 && x.xc <= 19 : corrupt_in >= 19;
+      if (aliasing && m_launch_status(&ma, I, typed, &tt) == C128_SUCCESS) a = pass == 0 ? c : b;
+    }
   }
+  const m_args ma = FZ_PREFILL_M_ARGS(a);
+  const m_tensors_of mt = FZ_PREFILL_TENSORS(a);
+  const c128_status want_args = m_launch_status(&ma, I, typed, &mt);
+  const int accepted = want_args == C128_SUCCESS;
+  fz_add_context(" -> model %s", c128_status_string(want_args));
 
-  /* The model: which plans run, what they write, and whether two of them conflict. */
-  const int valid_layout = fz_layout_valid(lay);
-  const fz_layout L = fz_layout_of(P, lay);
+  /* The model of the launch that runs: which plans run, what they write, and what conflicts. */
+  const m_kern K = m_kern_of(&ma);
   m_compress *mc = (m_compress *)fz_alloc((size_t)NC * sizeof *mc + 1);
   m_write *mw = (m_write *)fz_alloc((size_t)NW * sizeof *mw + 1);
-  fz_write_pair *pairs = (fz_write_pair *)fz_alloc((size_t)NW * sizeof *pairs + 1);
-  int npairs = 0, conflict = 0;
-  for (int64_t k = 0; valid_layout && k < NC; ++k) mc[k] = m_compress_plan(&L, k, N, O, cp[k]);
-  for (int64_t k = 0; valid_layout && k < NW; ++k) {
-    mw[k] = m_write_plan(&L, N, wp[k]);
-    if (mw[k].reason != M_RUN || mw[k].dst_row < 0) continue;
-    for (int j = 0; j < npairs; ++j) conflict |= pairs[j].dst == mw[k].dst_row;
-    pairs[npairs].dst = mw[k].dst_row, pairs[npairs].src = mw[k].src_row, ++npairs;
-  }
-
-  fz_expect e = {0, 0, a.num_compress > 0 || a.num_write > 0};
-  fz_expect_common(&e, I, typed, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype, a.state_pages, a.layout);
-  if (a.input_rows < 0 || a.output_rows < 0 || a.num_compress < 0 || a.num_write < 0)
-    e.always |= FZ_BIT(C128_ERROR_NEGATIVE_SIZE);
-  if (a.input_rows > 65536) e.always |= FZ_BIT(C128_ERROR_TOO_MANY_ROWS);
-  if (a.num_compress > 65536 || a.num_write > 65536) e.always |= FZ_BIT(C128_ERROR_TOO_MANY_PLANS);
-  if (!wgroup_valid) e.always |= FZ_BIT(C128_ERROR_INVALID_GROUP);
-  if (a.output_rows < a.num_compress) e.work |= FZ_BIT(C128_ERROR_OUTPUT_TOO_SMALL);
-  if ((a.num_compress > 0 && !a.compress_plans) || (a.num_write > 0 && !a.write_plans))
-    e.work |= FZ_BIT(C128_ERROR_NULL_POINTER);
-  if (fz_misaligned(a.compress_plans, 16) || fz_misaligned(a.write_plans, 8)) e.work |= FZ_BIT(C128_ERROR_MISALIGNED);
-  fz_expect_pointers(&e, I, a.state, a.input, a.ape, a.output, a.num_compress > 0); /* outputs it writes */
-  if (aliased) e.work |= FZ_BIT(C128_ERROR_ALIASED); /* a tensor error: only where there is work */
-
+  fz_wr *wr = (fz_wr *)fz_alloc((size_t)NW * sizeof *wr + 1);
+  int64_t *outs = (int64_t *)fz_alloc((size_t)NC * sizeof(int64_t) + 1);
+  int nwr = 0, conflict_c = 0, conflict_w = 0, dup = 0;
+  const int64_t Gp = accepted && NC > 0 ? fz_host_prefill_group(&a) : 1;
   fz_options opt = fz_make_options(flags);
+  const int64_t T = accepted ? K.targets : 0;
+  int64_t *winner = (int64_t *)fz_alloc((size_t)(T > 0 ? T : 1) * sizeof(int64_t));
+  for (int64_t t = 0; t < T; ++t) winner[t] = -1;
+  if (accepted) {
+    for (int64_t k = 0; k < NC; ++k) {
+      mc[k] = m_compress_plan(&K, k, N, cp[k]);
+      outs[k] = mc[k].reason == M_RUN ? mc[k].out : -1;
+      for (int64_t j = 0; j < k && outs[k] >= 0; ++j) conflict_c |= outs[j] == outs[k] && j / Gp != k / Gp;
+    }
+    fz_winners(outs, NC, Gp, opt.o.reverse_blocks, winner, T, &dup);
+    for (int64_t k = 0; k < NW; ++k) {
+      mw[k] = m_write_plan(&K, N, wp[k]);
+      if (mw[k].reason != M_RUN || mw[k].dkv < 0) continue;
+      for (int j = 0; j < nwr; ++j) conflict_w |= wr[j].kv == mw[k].dkv || (split && wr[j].sc == mw[k].dsc);
+      wr[nwr].src = mw[k].src_row, wr[nwr].kv = mw[k].dkv, wr[nwr].sc = mw[k].dsc, wr[nwr].slot = mw[k].slot, ++nwr;
+    }
+  }
+  const int races = opt.o.check_races && accepted && m_has_work(&ma);
+  const c128_status want = !accepted                    ? want_args
+                           : races && (conflict_c || conflict_w) ? C128_ERROR_RACE_DETECTED
+                                                               : C128_SUCCESS;
+  const int writes_ran = accepted && !(races && conflict_c); /* a compress that raced stops the call */
+  fz_add_context(", want %s", c128_status_string(want));
+
   const c128_status st = typed ? I->prefill_host(&a, opt.ptr) : c128_prefill_host(&a, opt.ptr);
-  const int rejected = fz_check_status(&e, st, opt.o.check_races && conflict, opt.msg);
+  FZ_CHECK(2, st == want, "status %s, the model %s (compress conflict %d, write conflict %d, race checker %d; %s)",
+           c128_status_string(st), c128_status_string(want), conflict_c, conflict_w, opt.o.check_races,
+           opt.msg && opt.msg[0] ? opt.msg : "no message");
   fz_check_message(&opt, st);
   {
     c128_plan_report rep0 = {0, C128_PLAN_DECODE, NULL, 0};
@@ -572,99 +649,121 @@ static void fz_mode_prefill(fz_reader *r) {
                            fz_typed_mismatch(typed, I, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype));
   }
 
-  if (rejected) {
-    FZ_CHECK(2, memcmp(state, state0, state_bytes) == 0 && memcmp(output, output0, out_bytes) == 0,
-             "a call rejected with %s changed the state or the output", c128_status_string(st));
+  if (!accepted) {
+    FZ_CHECK(2, fz_bufs_equal(&run, &before, plane_bytes, out_bytes, cache_bytes),
+             "a call refused with %s changed the state, the output or the cache", c128_status_string(st));
   } else {
-    fz_check_state(I, state, state0, P, input, pairs, npairs, "write");
-    for (int64_t row = 0; row < O; ++row) {
-      const int runs = row < NC && mc[row].reason == M_RUN;
-      if (!runs) {
-        FZ_CHECK(2,
-                 memcmp((char *)output + row * D * fz_es(I->out), (char *)output0 + row * D * fz_es(I->out),
-                        D * fz_es(I->out)) == 0,
-                 "output row %lld changed, but compress plan %lld does not run", (long long)row, (long long)row);
-        continue;
+    fz_check_planes(I, &run.st, &before.st, rows, input, ape, K.S.biased, wr, writes_ran ? nwr : 0, "write");
+    if (!K.entry) {
+      for (int64_t row = 0; row < O; ++row) {
+        const int64_t w = row < T ? winner[row] : -1;
+        const size_t rb = (size_t)D * fz_es(I->out);
+        if (w < 0) {
+          FZ_CHECK(2, memcmp((char *)run.output + row * rb, (char *)before.output + row * rb, rb) == 0,
+                   "output row %lld changed, but no running compress plan goes there", (long long)row);
+          continue;
+        }
+        /* The compress launch runs before the write launch: windows read the state as it was. */
+        const float *ape_w = fz_window_rows(I, &K, &before.st, mc[w].state_row0, mc[w].buffer_len, input,
+                                            mc[w].input_row0, ape);
+        char what[64];
+        snprintf(what, sizeof what, "compress plan %lld", (long long)w);
+        fz_check_output(I, run.output, row, ape_w, 1, style == 2, what);
       }
-      /* The compress launch runs before the write launch: windows read the state as it was. */
-      for (int j = 0; j < 128; ++j) {
-        if (j < mc[row].buffer_len) fz_widen_row(j, state0, mc[row].state_row0 + j, D, I->buf);
-        else fz_widen_row(j, input, mc[row].input_row0 + j, D, I->in);
-      }
-      char what[64];
-      snprintf(what, sizeof what, "compress plan %lld", (long long)row);
-      fz_check_output(I, output, row, ape, 1, style == 2, what);
+    } else {
+      FZ_CHECK(2, memcmp(run.output, before.output, out_bytes) == 0, "a launch of cache entries changed the output");
+      /* The pooled vectors of the same launch: pooled rows, compress plan k -> row k. */
+      fz_bufs comp = fz_bufs_clone(&before, plane_bytes, 0, 0);
+      free(comp.output);
+      comp.output = fz_alloc((size_t)NC * D * fz_es(I->out) + 1);
+      c128_prefill_args b = a;
+      b.state = comp.st.kv, b.state_layout.score_plane = comp.st.sc;
+      b.output = comp.output, b.output_rows = NC, b.output_index = NULL;
+      memset(&b.entry, 0, sizeof b.entry);
+      b.num_write = 0;
+      c128_host_options o2 = {0, opt.o.reverse_blocks, NULL, 0, 0};
+      const c128_status st2 = I->prefill_host(&b, &o2);
+      FZ_CHECK(2, st2 == C128_SUCCESS, "the same launch with pooled rows: %s", c128_status_string(st2));
+      float *ys = fz_pooled_rows(I, comp.output, NC);
+      int64_t *pos = (int64_t *)fz_alloc((size_t)NC * sizeof(int64_t) + 1);
+      for (int64_t k = 0; k < NC; ++k) pos[k] = (int64_t)cp[k].seq_len - 128;
+      fz_check_cache(I, &a.entry, run.cache, before.cache, x.cache_bytes, winner, T, ys, pos, "prefill");
+      free(ys), free(pos), fz_bufs_free(&comp);
     }
   }
 
-  const int32_t wgroup2 = 1 + rd_below(r, FZ_MAX_PREFILL_GROUP);
-  if (!rejected && !conflict && wgroup2 != wgroup) {
-    /* Results do not depend on how compress plans are grouped into blocks. */
-    void *state2 = fz_clone(state0, state_bytes), *output2 = fz_clone(output0, out_bytes);
-    c128_prefill_args a2 = clean;
-    a2.state = state2, a2.output = output2;
+  if (accepted && !conflict_c && !conflict_w && !dup && wgroup2 != Gp && m_has_work(&ma)) {
+    /* Results do not depend on how compress plans are grouped into blocks, nor on block order. */
+    fz_bufs two = fz_bufs_clone(&before, plane_bytes, out_bytes, cache_bytes);
+    c128_prefill_args a2 = a;
+    a2.state = two.st.kv, a2.state_layout.score_plane = two.st.sc, a2.output = two.output;
+    if (K.entry) a2.entry.cache = two.cache;
     fz_set_prefill_group(&a2, wgroup2);
-    c128_host_options o2 = {opt.o.check_races, !opt.o.reverse_blocks, NULL, 0};
+    c128_host_options o2 = {opt.o.check_races, !opt.o.reverse_blocks, NULL, 0, 0};
     const c128_status st2 = I->prefill_host(&a2, &o2);
     FZ_CHECK(2, st2 == C128_SUCCESS, "windows_per_block %d: %s", wgroup2, c128_status_string(st2));
-    FZ_CHECK(2, memcmp(state2, state, state_bytes) == 0 && memcmp(output2, output, out_bytes) == 0,
-             "windows_per_block %d changes the result of windows_per_block %d", wgroup2, wgroup);
-    free(state2), free(output2);
+    FZ_CHECK(2, fz_bufs_equal(&two, &run, plane_bytes, out_bytes, cache_bytes),
+             "windows_per_block %d (blocks %s) changes the result of windows_per_block %d", wgroup2,
+             o2.reverse_blocks ? "reversed" : "forward", wgroup);
+    fz_bufs_free(&two);
   }
 
-  if (valid_layout) { /* the library's own reason codes agree with the model */
+  const m_args mclean = FZ_PREFILL_M_ARGS(clean);
+  const c128_status want_clean = m_validate(&mclean);
+  if (want_clean == C128_SUCCESS) { /* the library's own reason codes agree with the model */
+    const m_kern Kc = m_kern_of(&mclean);
     for (int64_t k = 0; k < NC; ++k) {
+      const m_compress m = m_compress_plan(&Kc, k, N, cp[k]);
       const fz_lib_compress w = fz_lib_compress_reason(&clean, k);
       const int cls = fz_reason_class(w.reason);
-      FZ_CHECK(2, cls == mc[k].reason, "compress plan %lld: library reason %d (%s), SPEC 6.5 says %s", (long long)k,
-               w.reason, fz_lib_reason_text(w.reason), mc[k].reason == M_RUN ? "run" : "skip");
+      FZ_CHECK(2, cls == m.reason, "compress plan %lld: library reason %d (%s), the model says %s", (long long)k,
+               w.reason, fz_lib_reason_text(w.reason), m.reason == M_RUN ? "run" : "skip");
       if (cls == M_RUN)
         FZ_CHECK(2,
-                 w.out_row == k && w.buffer_len == mc[k].buffer_len && w.input_row0 == mc[k].input_row0 &&
-                     (w.buffer_len == 0 || w.state_row0 == mc[k].state_row0),
-                 "compress plan %lld: library window differs from SPEC 6.5", (long long)k);
+                 w.out_row == m.out && w.buffer_len == m.buffer_len && w.input_row0 == m.input_row0 &&
+                     (w.buffer_len == 0 || w.state_row0 == m.state_row0) &&
+                     (!Kc.entry || w.position == (int64_t)cp[k].seq_len - 128),
+                 "compress plan %lld: library window (out %lld, rows %lld/%lld) differs from the model's (%lld, "
+                 "%lld/%lld)",
+                 (long long)k, (long long)w.out_row, (long long)w.state_row0, (long long)w.input_row0,
+                 (long long)m.out, (long long)m.state_row0, (long long)m.input_row0);
     }
     for (int64_t k = 0; k < NW; ++k) {
-      int64_t src = -1, dst = -1;
-      const int reason = fz_lib_write_reason(&clean, k, &src, &dst);
+      const m_write m = m_write_plan(&Kc, N, wp[k]);
+      int64_t src = -1, dkv = -1, dsc = -1;
+      const int reason = fz_lib_write_reason(&clean, k, &src, &dkv, &dsc);
       const int cls = fz_reason_class(reason);
-      FZ_CHECK(2, cls == mw[k].reason, "write plan %lld: library reason %d (%s), SPEC 6.5 says %s", (long long)k,
-               reason, fz_lib_reason_text(reason), mw[k].reason == M_RUN ? "run" : "skip");
+      FZ_CHECK(2, cls == m.reason, "write plan %lld: library reason %d (%s), the model says %s", (long long)k, reason,
+               fz_lib_reason_text(reason), m.reason == M_RUN ? "run" : "skip");
       if (cls == M_RUN)
-        FZ_CHECK(2, src == mw[k].src_row && dst == mw[k].dst_row,
-                 "write plan %lld: library rows (%lld -> %lld), SPEC 6.5 (%lld -> %lld)", (long long)k, (long long)src,
-                 (long long)dst, (long long)mw[k].src_row, (long long)mw[k].dst_row);
+        FZ_CHECK(2, src == m.src_row && dkv == m.dkv && (dkv < 0 || dsc == m.dsc),
+                 "write plan %lld: library rows (%lld -> %lld/%lld), the model's (%lld -> %lld/%lld)", (long long)k,
+                 (long long)src, (long long)dkv, (long long)dsc, (long long)m.src_row, (long long)m.dkv,
+                 (long long)m.dsc);
     }
   }
 
   { /* the plan checker over the same plans (tensor pointers are not its business) */
-    const size_t msg_size = (size_t)rd_below(r, 3) * 40;
     char *msg = msg_size ? (char *)fz_alloc(msg_size) : NULL;
     c128_plan_report rep = {12345, C128_PLAN_DECODE, msg, msg_size};
     const c128_status cst = c128_check_prefill_plans(&clean, &rep);
-    const m_args ma = {1, D, (int32_t)I->buf, (int32_t)I->in, (int32_t)I->out, P, N, O, NC, NW, lay, wgroup, cp, wp};
-    const c128_status want = m_validate(&ma);
-    if (want != C128_SUCCESS) {
-      FZ_CHECK(5, cst == want && rep.index == -1, "checker: %s (index %lld), the launch's validation gives %s",
-               c128_status_string(cst), (long long)rep.index, c128_status_string(want));
+    if (want_clean != C128_SUCCESS) {
+      FZ_CHECK(5, cst == want_clean && rep.index == -1, "checker: %s (index %lld), the launch's validation gives %s",
+               c128_status_string(cst), (long long)rep.index, c128_status_string(want_clean));
     } else {
       int *off_c = (int *)fz_alloc((size_t)NC * sizeof(int) + 1),
           *off_w = (int *)fz_alloc((size_t)NW * sizeof(int) + 1);
-      int *run = (int *)fz_alloc((size_t)NW * sizeof(int) + 1);
-      int64_t *slot = (int64_t *)fz_alloc((size_t)NW * sizeof(int64_t) + 1);
-      for (int64_t k = 0; k < NC; ++k)
-        off_c[k] = mc[k].reason == M_SKIP ? 1 : mc[k].reason == M_RUN && cp[k].seq_len % 128 != 0 ? 2 : 0;
-      for (int64_t k = 0; k < NW; ++k)
-        off_w[k] = mw[k].reason == M_SKIP, run[k] = mw[k].reason == M_RUN, slot[k] = wp[k].write_loc;
-      fz_mark_duplicates(slot, run, NW, off_w);
+      m_check_prefill(&mclean, cp, NC, wp, NW, off_c, off_w);
       fz_check_report(cst, &rep, msg, msg_size, off_c, NC, off_w, NW, C128_PLAN_COMPRESS, C128_PLAN_WRITE);
-      free(off_c), free(off_w), free(run), free(slot);
+      free(off_c), free(off_w);
     }
     free(msg);
   }
 
-  free(mc), free(mw), free(pairs);
-  free(state), free(state0), free(input), free(output), free(output0), free(ape), free(cp), free(wp);
+  free(mc), free(mw), free(wr), free(outs), free(winner);
+  free(run.st.kv), free(run.output), fz_bufs_free(&before);
+  free(input), free(ape), free(cp), free(wp);
+  fz_free_ext(&x);
 }
 
 /* >>mode 0: decode ------------------------------------------------------------------------------ */
@@ -766,90 +865,140 @@ static void fz_mode_decode(fz_reader *r) {
   const int64_t span = fz_page_span(P, lay);
   c128_decode_plan *plans = (c128_decode_plan *)fz_alloc((size_t)B * sizeof *plans);
   for (int64_t b = 0; b < B; ++b) plans[b] = rd_decode_plan(r, span);
+  /* read after the run in older versions of this mode: the same order */
+  const int32_t group2 = 1 + rd_below(r, FZ_MAX_GROUP);
+  const size_t msg_size = (size_t)rd_below(r, 3) * 40;
+  fz_ext x;
+  rd_ext(r, &x); /* state layout, output index, cache entries: zero for older inputs */
   fz_set_context("mode 0 (decode kernel) %s pages %lld batch %lld output_rows %lld layout {%d, %d, %d} corruption "
                  "%d flags 0x%02x style %d requests_per_block %d",
                  I->name, (long long)P, (long long)B, (long long)O, lay.rank, lay.size, lay.pages_per_rank, corrupt,
                  flags, style, group);
+  /* open bugs 8 and 7, as in mode 1 */
+  if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
+  const int corrupt_in = fz_guard(7) && x.lsel && ((x.fsel >> 1) & 1) && (corrupt == 3 || corrupt == 9 || corrupt == 24)
+                             ? 0
+                             : corrupt;
+  fz_build_ext(&x, D, fz_es(I->buf), P, span, B, O, -1);
+  fz_ext_context(&x);
 
-  const size_t state_bytes = (size_t)P * 128 * 2 * D * fz_es(I->buf);
-  const size_t out_bytes = (size_t)O * D * fz_es(I->out);
-  void *state = fz_alloc(state_bytes);
+  const int64_t SP = x.blocks, rows = x.rows;
+  const int split = x.sl.score_plane != NULL;
+  const size_t plane_bytes = (size_t)rows * (split ? D : 2 * D) * fz_es(I->buf);
+  const size_t out_bytes = (size_t)O * D * fz_es(I->out), cache_bytes = (size_t)x.cache_bytes;
+  fz_bufs run;
+  memset(&run, 0, sizeof run);
+  run.st.kv = fz_alloc(plane_bytes), run.st.sc = x.score_plane, run.st.split = split, run.st.D = D;
+  run.st.dt = I->buf;
   void *input = fz_alloc((size_t)B * 2 * D * fz_es(I->in));
-  void *output = fz_alloc(out_bytes);
+  run.output = fz_alloc(out_bytes);
+  run.cache = x.cache;
   float *ape = fz_make_ape(&g, D);
-  fz_fill_rows(&g, state, P * 128, D, I->buf, style);
+  fz_fill_planes(&g, &run.st, rows, style);
   fz_fill_rows(&g, input, B, D, I->in, style);
-  memset(output, 0x5A, out_bytes);
-  void *state0 = fz_clone(state, state_bytes), *output0 = fz_clone(output, out_bytes);
+  memset(run.output, 0x5A, out_bytes);
+  fz_bufs before = fz_bufs_clone(&run, plane_bytes, out_bytes, cache_bytes);
 
   c128_decode_args a;
   memset(&a, 0, sizeof a);
   a.head_dim = D, a.state_dtype = I->buf, a.input_dtype = I->in, a.output_dtype = I->out;
-  a.state = state, a.state_pages = P, a.input = input, a.ape = ape, a.output = output, a.output_rows = O;
+  a.state = run.st.kv, a.state_pages = SP, a.input = input, a.ape = ape, a.output = run.output, a.output_rows = O;
   a.plans = plans, a.batch = B, a.layout = lay;
-  const int group_valid = group >= 0 && group <= FZ_MAX_GROUP;
   fz_set_group(&a, group);
+  fz_apply_ext(&x, &a.state_layout, &a.output_index, &a.entry);
   const c128_decode_args clean = a;
   const int typed = (flags >> 5) & 1;
-  fz_corrupt_decode(&a, corrupt);
-  int aliased = 0;
-  if (corrupt >= 19) {
-    c128_decode_args b = a;
-    const void *pl = b.plans;
-    fz_alias(corrupt, &b.state, &b.input, &b.ape, &b.output, &pl);
-    b.plans = (const c128_decode_plan *)pl;
-    aliased = fz_tensors_alias(I, b.state, b.state_pages, b.input, b.batch, b.ape, b.output, b.batch, b.plans,
-                               (uint64_t)b.batch * 16, NULL, 0);
-    if (aliased) a = b;
-    fz_add_context(" aliased %d", aliased);
+#define FZ_DECODE_M_ARGS(v)                                                                                         \
+  {0,          (v).head_dim,        (int32_t)(v).state_dtype, (int32_t)(v).input_dtype, (int32_t)(v).output_dtype, \
+   (v).state_pages, (v).batch,      (v).output_rows,          (v).batch,                0,                         \
+   (v).layout,      (v).requests_per_block, (v).plans,        NULL,                     &(v).state_layout,         \
+   (v).output_index, &(v).entry}
+#define FZ_DECODE_TENSORS(v) {(v).state, (v).input, (v).ape, (v).output}
+  const int compact_clean = !x.isel && !(x.esel && x.en.kind != C128_OUTPUT_POOLED);
+  if (!(corrupt_in == 17 && !compact_clean && B - 1 > O)) fz_corrupt_decode(&a, corrupt_in); /* 17: no rows past O */
+  {
+    const c128_decode_args b = a;
+    const void *pl = a.plans;
+    if (corrupt_in >= 19) {
+      fz_alias(corrupt_in, &a.state, &a.input, &a.ape, &a.output, &pl);
+      a.plans = (const c128_decode_plan *)pl;
+    }
+    const c128_decode_args c = a;
+    const fz_ptrs t = {&a.state, &a.input, &a.ape, &a.output, &pl};
+    fz_corrupt_ext(x.xc, &a.state_layout, &a.output_index, &a.entry, &t);
+    if (!fz_ext_fits(x.xc, &a.state_layout, a.output_index, B, plane_bytes, out_bytes, (uint64_t)B * 16)) a = c;
+    for (int pass = 0; pass < 2; ++pass) {
+      const m_args ma = FZ_DECODE_M_ARGS(a);
+      const m_tensors_of tt = FZ_DECODE_TENSORS(a);
+      const int aliasing = pass == 0 ? x.xc >= 11 && x.xc <= 19 : corrupt_in >= 19;
+      if (aliasing && m_launch_status(&ma, I, typed, &tt) == C128_SUCCESS) a = pass == 0 ? c : b;
+    }
   }
-  const int64_t G = group_valid ? fz_host_group(&clean) : 1; /* requests per block */
+  const m_args ma = FZ_DECODE_M_ARGS(a);
+  const m_tensors_of mt = FZ_DECODE_TENSORS(a);
+  const c128_status want_args = m_launch_status(&ma, I, typed, &mt);
+  const int accepted = want_args == C128_SUCCESS;
+  fz_add_context(" -> model %s", c128_status_string(want_args));
+  if (a.batch != B && m_validate(&ma) == C128_SUCCESS) { /* a batch past the plans that the arguments allow */
+    fz_add_context(" (batch %lld past the arrays: not run)", (long long)a.batch);
+    free(plans), free(input), free(ape), free(run.st.kv), free(run.output), fz_bufs_free(&before), fz_free_ext(&x);
+    return;
+  }
 
-  const int valid_layout = fz_layout_valid(lay);
-  const fz_layout L = fz_layout_of(P, lay);
+  /* The model of the launch that runs. A block takes G consecutive requests (one split) and
+     persists their rows in step 0, before the barrier that publishes its windows, so a window of
+     the block reads its block's writes after a barrier: a write races with a read only when the
+     two requests are in different blocks, and two writes of one row race unless one thread does
+     both (requests i and i + 16 of one block). */
+  const m_kern K = m_kern_of(&ma);
+  const int64_t G = accepted && B > 0 ? fz_host_group(&a) : 1;
   m_decode *md = (m_decode *)fz_alloc((size_t)B * sizeof *md + 1);
-  fz_write_pair *pairs = (fz_write_pair *)fz_alloc((size_t)B * sizeof *pairs + 1);
-  int npairs = 0, conflict = 0;
-  for (int64_t b = 0; valid_layout && b < B; ++b) {
-    md[b] = m_decode_plan(&L, b, B, O, plans[b]);
-    if (md[b].reason == M_RUN && md[b].write_row >= 0) {
-      for (int j = 0; j < npairs; ++j) conflict |= pairs[j].dst == md[b].write_row;
-      pairs[npairs].dst = md[b].write_row, pairs[npairs].src = b, ++npairs;
-    }
-  }
-  /* A boundary window whose rows another plan of the launch writes: its value depends on the
-     order. A block takes G consecutive requests (one split) and persists their rows before the
-     barrier that publishes its list of windows, so every window of the block reads them after a
-     barrier: the write races with the read only when the two requests are in different blocks. */
+  fz_wr *wr = (fz_wr *)fz_alloc((size_t)B * sizeof *wr + 1);
+  int64_t *wr_plan = (int64_t *)fz_alloc((size_t)B * sizeof(int64_t) + 1);
+  int64_t *outs = (int64_t *)fz_alloc((size_t)B * sizeof(int64_t) + 1);
   int *window_written = (int *)fz_alloc((size_t)B * sizeof(int) + 1);
-  int any_written = 0;
-  for (int64_t b = 0; valid_layout && b < B; ++b) {
-    window_written[b] = 0;
-    if (md[b].reason != M_RUN || !md[b].boundary) continue;
-    for (int j = 0; j < npairs; ++j) {
-      const int64_t row = pairs[j].dst - md[b].read_row0, a_ = pairs[j].src;
-      if (row < 0 || row >= 127) continue;
-      window_written[b] = any_written = 1;
-      conflict |= a_ / G != b / G;
-    }
-  }
-
-  fz_expect e = {0, 0, a.batch > 0};
-  fz_expect_common(&e, I, typed, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype, a.state_pages, a.layout);
-  if (a.batch < 0 || a.output_rows < 0) e.always |= FZ_BIT(C128_ERROR_NEGATIVE_SIZE);
-  if (a.batch > INT32_MAX / (D / 64)) e.always |= FZ_BIT(C128_ERROR_TOO_MANY_PLANS);
-  if (!group_valid) e.always |= FZ_BIT(C128_ERROR_INVALID_GROUP);
-  if (a.output_rows < a.batch) e.work |= FZ_BIT(C128_ERROR_OUTPUT_TOO_SMALL);
-  if (!a.plans) e.work |= FZ_BIT(C128_ERROR_NULL_POINTER);
-  if (fz_misaligned(a.plans, 16)) e.work |= FZ_BIT(C128_ERROR_MISALIGNED);
-  fz_expect_pointers(&e, I, a.state, a.input, a.ape, a.output, 1);
-  if (aliased) e.work |= FZ_BIT(C128_ERROR_ALIASED);
-  if (a.batch != B) e.has_work = 1; /* a bigger batch than the buffers: must be refused */
-
+  int nwr = 0, conflict = 0, any_written = 0, dup = 0;
   fz_options opt = fz_make_options(flags);
+  const int64_t T = accepted ? K.targets : 0;
+  int64_t *winner = (int64_t *)fz_alloc((size_t)(T > 0 ? T : 1) * sizeof(int64_t));
+  for (int64_t t = 0; t < T; ++t) winner[t] = -1;
+  if (accepted) {
+    for (int64_t b = 0; b < B; ++b) {
+      md[b] = m_decode_plan(&K, b, B, plans[b]);
+      window_written[b] = 0;
+      outs[b] = md[b].reason == M_RUN && md[b].boundary ? md[b].out : -1;
+      if (md[b].reason != M_RUN || md[b].wkv < 0) continue;
+      for (int j = 0; j < nwr; ++j) {
+        const int64_t a_ = wr_plan[j];
+        const int same_row = wr[j].kv == md[b].wkv || (split && wr[j].sc == md[b].wsc);
+        conflict |= same_row && (a_ / G != b / G || (a_ % G) % 16 != (b % G) % 16);
+      }
+      wr[nwr].src = b, wr[nwr].kv = md[b].wkv, wr[nwr].sc = split ? md[b].wsc : md[b].wkv, wr[nwr].slot = md[b].slot;
+      wr_plan[nwr++] = b;
+    }
+    for (int64_t b = 0; b < B; ++b) { /* a window whose rows a plan of the launch writes */
+      if (md[b].reason != M_RUN || !md[b].boundary) continue;
+      for (int j = 0; j < 127; ++j) {
+        const int64_t rk = m_window_row(&K, md[b].row0, j, 0), rs = split ? m_window_row(&K, md[b].row0, j, 1) : -2;
+        for (int w = 0; w < nwr; ++w) {
+          if (wr[w].kv != rk && (!split || wr[w].sc != rs)) continue;
+          window_written[b] = any_written = 1;
+          conflict |= wr_plan[w] / G != b / G;
+        }
+      }
+    }
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < b && outs[b] >= 0; ++j) conflict |= outs[j] == outs[b] && j / G != b / G;
+    fz_winners(outs, B, G, opt.o.reverse_blocks, winner, T, &dup);
+  }
+  const c128_status want = !accepted ? want_args
+                           : opt.o.check_races && B > 0 && conflict ? C128_ERROR_RACE_DETECTED
+                                                                    : C128_SUCCESS;
+
+  fz_add_context(", want %s", c128_status_string(want));
   const c128_status st = typed ? I->decode_host(&a, opt.ptr) : c128_decode_host(&a, opt.ptr);
-  if (a.batch != B && !e.always && !e.work) fz_fail(2, "harness: corruption %d left no error to expect", corrupt);
-  const int rejected = fz_check_status(&e, st, opt.o.check_races && conflict, opt.msg);
+  FZ_CHECK(2, st == want, "status %s, the model %s (conflict %d, race checker %d; %s)", c128_status_string(st),
+           c128_status_string(want), conflict, opt.o.check_races, opt.msg && opt.msg[0] ? opt.msg : "no message");
   fz_check_message(&opt, st);
   {
     c128_plan_report rep0 = {0, C128_PLAN_DECODE, NULL, 0};
@@ -857,87 +1006,104 @@ static void fz_mode_decode(fz_reader *r) {
                            fz_typed_mismatch(typed, I, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype));
   }
 
-  if (rejected) {
-    FZ_CHECK(2, memcmp(state, state0, state_bytes) == 0 && memcmp(output, output0, out_bytes) == 0,
-             "a call rejected with %s changed the state or the output", c128_status_string(st));
+  if (!accepted) {
+    FZ_CHECK(2, fz_bufs_equal(&run, &before, plane_bytes, out_bytes, cache_bytes),
+             "a call refused with %s changed the state, the output or the cache", c128_status_string(st));
   } else {
-    fz_check_state(I, state, state0, P, input, pairs, npairs, "decode");
-    for (int64_t row = 0; row < O; ++row) {
-      const int writes = row < B && md[row].reason == M_RUN && md[row].boundary;
-      if (!writes) {
-        FZ_CHECK(2,
-                 memcmp((char *)output + row * D * fz_es(I->out), (char *)output0 + row * D * fz_es(I->out),
-                        D * fz_es(I->out)) == 0,
-                 "output row %lld changed, but decode plan %lld is not a runnable boundary step", (long long)row,
-                 (long long)row);
-        continue;
+    fz_check_planes(I, &run.st, &before.st, rows, input, ape, K.S.biased, wr, nwr, "decode");
+    if (!K.entry) {
+      for (int64_t row = 0; row < O; ++row) {
+        const int64_t w = row < T ? winner[row] : -1;
+        const size_t rb = (size_t)D * fz_es(I->out);
+        if (w < 0) {
+          FZ_CHECK(2, memcmp((char *)run.output + row * rb, (char *)before.output + row * rb, rb) == 0,
+                   "output row %lld changed, but no runnable boundary step goes there", (long long)row);
+          continue;
+        }
+        /* rows 0..126 from the state before the launch, row 127 the input row itself */
+        const float *ape_w = fz_window_rows(I, &K, &before.st, md[w].row0, 127, input, w - 127, ape);
+        char what[64];
+        snprintf(what, sizeof what, "decode plan %lld", (long long)w);
+        fz_check_output(I, run.output, row, ape_w, !window_written[w], style == 2, what);
       }
-      for (int j = 0; j < 127; ++j) fz_widen_row(j, state0, md[row].read_row0 + j, D, I->buf);
-      fz_widen_row(127, input, row, D, I->in);
-      char what[64];
-      snprintf(what, sizeof what, "decode plan %lld", (long long)row);
-      fz_check_output(I, output, row, ape, !window_written[row], style == 2, what);
+    } else {
+      FZ_CHECK(2, memcmp(run.output, before.output, out_bytes) == 0, "a launch of cache entries changed the output");
+      fz_bufs comp = fz_bufs_clone(&before, plane_bytes, 0, 0);
+      free(comp.output);
+      comp.output = fz_alloc((size_t)B * D * fz_es(I->out) + 1);
+      c128_decode_args b = a;
+      b.state = comp.st.kv, b.state_layout.score_plane = comp.st.sc;
+      b.output = comp.output, b.output_rows = B, b.output_index = NULL;
+      memset(&b.entry, 0, sizeof b.entry);
+      c128_host_options o2 = {0, opt.o.reverse_blocks, NULL, 0, 0};
+      const c128_status st2 = I->decode_host(&b, &o2);
+      FZ_CHECK(2, st2 == C128_SUCCESS, "the same launch with pooled rows: %s", c128_status_string(st2));
+      float *ys = fz_pooled_rows(I, comp.output, B);
+      int64_t *pos = (int64_t *)fz_alloc((size_t)B * sizeof(int64_t) + 1);
+      for (int64_t k = 0; k < B; ++k) pos[k] = (int64_t)plans[k].seq_len - 128;
+      fz_check_cache(I, &a.entry, run.cache, before.cache, x.cache_bytes, winner, T, ys, pos, "decode");
+      free(ys), free(pos), fz_bufs_free(&comp);
     }
   }
 
-  const int32_t group2 = 1 + rd_below(r, FZ_MAX_GROUP);
-  if (!rejected && !conflict && !any_written && group2 != G) {
-    /* Results do not depend on how requests are grouped into blocks. */
-    void *state2 = fz_clone(state0, state_bytes), *output2 = fz_clone(output0, out_bytes);
-    c128_decode_args a2 = clean;
-    a2.state = state2, a2.output = output2;
+  if (accepted && B > 0 && !conflict && !any_written && !dup && group2 != G) {
+    /* Results do not depend on how requests are grouped into blocks, nor on block order. */
+    fz_bufs two = fz_bufs_clone(&before, plane_bytes, out_bytes, cache_bytes);
+    c128_decode_args a2 = a;
+    a2.state = two.st.kv, a2.state_layout.score_plane = two.st.sc, a2.output = two.output;
+    if (K.entry) a2.entry.cache = two.cache;
     fz_set_group(&a2, group2);
-    c128_host_options o2 = {opt.o.check_races, !opt.o.reverse_blocks, NULL, 0};
+    c128_host_options o2 = {opt.o.check_races, !opt.o.reverse_blocks, NULL, 0, 0};
     const c128_status st2 = I->decode_host(&a2, &o2);
     FZ_CHECK(2, st2 == C128_SUCCESS, "requests_per_block %d: %s", group2, c128_status_string(st2));
-    FZ_CHECK(2, memcmp(state2, state, state_bytes) == 0 && memcmp(output2, output, out_bytes) == 0,
+    FZ_CHECK(2, fz_bufs_equal(&two, &run, plane_bytes, out_bytes, cache_bytes),
              "requests_per_block %d (blocks %s) changes the result of requests_per_block %d (%lld per block)", group2,
              o2.reverse_blocks ? "reversed" : "forward", group, (long long)G);
-    free(state2), free(output2);
+    fz_bufs_free(&two);
   }
 
-  if (valid_layout) {
+  const m_args mclean = FZ_DECODE_M_ARGS(clean);
+  const c128_status want_clean = m_validate(&mclean);
+  if (want_clean == C128_SUCCESS) {
+    const m_kern Kc = m_kern_of(&mclean);
     for (int64_t b = 0; b < B; ++b) {
+      const m_decode m = m_decode_plan(&Kc, b, B, plans[b]);
       const fz_lib_decode job = fz_lib_decode_reason(&clean, b);
       const int cls = fz_reason_class(job.reason);
-      FZ_CHECK(2, cls == md[b].reason, "decode plan %lld: library reason %d (%s), SPEC 6.5 says %s", (long long)b,
-               job.reason, fz_lib_reason_text(job.reason), md[b].reason == M_RUN ? "run" : "skip");
+      FZ_CHECK(2, cls == m.reason, "decode plan %lld: library reason %d (%s), the model says %s", (long long)b,
+               job.reason, fz_lib_reason_text(job.reason), m.reason == M_RUN ? "run" : "skip");
       if (cls != M_RUN) continue;
-      FZ_CHECK(2, job.write_row == md[b].write_row && job.boundary == md[b].boundary,
-               "decode plan %lld: library write row %lld, SPEC 6.5 %lld", (long long)b, (long long)job.write_row,
-               (long long)md[b].write_row);
+      FZ_CHECK(2,
+               job.write_kv == m.wkv && (m.wkv < 0 || job.write_score == m.wsc) && job.boundary == m.boundary,
+               "decode plan %lld: library write rows %lld/%lld, the model's %lld/%lld", (long long)b,
+               (long long)job.write_kv, (long long)job.write_score, (long long)m.wkv, (long long)m.wsc);
       if (job.boundary)
-        FZ_CHECK(2, job.read_row0 == md[b].read_row0 && job.out_row == b && job.buffer_len == 127,
-                 "decode plan %lld: library window differs from SPEC 6.2", (long long)b);
+        FZ_CHECK(2,
+                 job.read_row0 == m.row0 && job.out_row == m.out && job.buffer_len == 127 &&
+                     (!Kc.entry || job.position == (int64_t)plans[b].seq_len - 128),
+                 "decode plan %lld: library window (row %lld, out %lld) differs from the model's (%lld, %lld)",
+                 (long long)b, (long long)job.read_row0, (long long)job.out_row, (long long)m.row0, (long long)m.out);
     }
   }
 
   {
-    const size_t msg_size = (size_t)rd_below(r, 3) * 40;
     char *msg = msg_size ? (char *)fz_alloc(msg_size) : NULL;
     c128_plan_report rep = {12345, C128_PLAN_WRITE, msg, msg_size};
     const c128_status cst = c128_check_decode_plans(&clean, &rep);
-    const m_args ma = {0, D, (int32_t)I->buf, (int32_t)I->in, (int32_t)I->out, P, B, O, B, 0, lay, group, plans, NULL};
-    const c128_status want = m_validate(&ma);
-    if (want != C128_SUCCESS) {
-      FZ_CHECK(5, cst == want && rep.index == -1, "checker: %s (index %lld), the launch's validation gives %s",
-               c128_status_string(cst), (long long)rep.index, c128_status_string(want));
+    if (want_clean != C128_SUCCESS) {
+      FZ_CHECK(5, cst == want_clean && rep.index == -1, "checker: %s (index %lld), the launch's validation gives %s",
+               c128_status_string(cst), (long long)rep.index, c128_status_string(want_clean));
     } else {
-      int *off = (int *)fz_alloc((size_t)B * sizeof(int) + 1), *run = (int *)fz_alloc((size_t)B * sizeof(int) + 1);
-      int64_t *slot = (int64_t *)fz_alloc((size_t)B * sizeof(int64_t) + 1);
-      for (int64_t b = 0; b < B; ++b) {
-        off[b] = md[b].reason == M_SKIP;
-        if (md[b].reason == M_RUN && md[b].boundary && plans[b].read_page_1 != plans[b].write_loc / 128) off[b] = 2;
-        run[b] = md[b].reason == M_RUN, slot[b] = plans[b].write_loc;
-      }
-      fz_mark_duplicates(slot, run, B, off);
-      fz_mark_window_conflicts(&L, plans, run, B, off);
+      int *off = (int *)fz_alloc((size_t)B * sizeof(int) + 1);
+      m_check_decode(&mclean, plans, B, off);
       fz_check_report(cst, &rep, msg, msg_size, off, B, NULL, 0, C128_PLAN_DECODE, C128_PLAN_DECODE);
-      free(off), free(run), free(slot);
+      free(off);
     }
     free(msg);
   }
 
-  free(md), free(pairs), free(window_written);
-  free(state), free(state0), free(input), free(output), free(output0), free(ape), free(plans);
+  free(md), free(wr), free(wr_plan), free(outs), free(window_written), free(winner);
+  free(run.st.kv), free(run.output), fz_bufs_free(&before);
+  free(input), free(ape), free(plans);
+  fz_free_ext(&x);
 }

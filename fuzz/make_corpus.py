@@ -160,8 +160,59 @@ def write_plan(e, n_rows, span, rag=0, wpage=0, wslot=0, raw=None, sentinel=Fals
         slot(e, wslot)
 
 
+def ext_fields(e, layout=None, index=None, entry=None, xc=0):
+    """rd_ext (fuzz/extras.h): the state layout, output index and cache entries, read after every
+    older field of modes 0, 1 and 4.
+    layout: dict(B=8..256 | 0 (= 128) | bad=k, split, biased, table, stab, refused, adj (no table: 0, -1, +1) or
+            blocks (with a table), rs (7..10) or rs_edge=k, rows (table rows) or rows_edge=k, stride_d
+            (stride - need, -1..1) or stride_edge=k, style, seed).
+    index: dict(sel=0..3, seed) (sel 0: a permutation of the targets, 1 random, 2 a mix of bad ones, 3 a few bad).
+    entry: dict(kind='fp8'|'bf16'|'bad'|'pooled', P=index of (1, 2, 4, 64, 1, 2, 8, 16) or P_bad=k, pb=0..9,
+           cp=0..3 or cp_edge=k, rope=index of (0, 1, 2, 3, 128, 1100, 1100, 300) or rope_edge=k, eps=0..9, seed)."""
+    if layout is None:
+        e.u8(0)
+    else:
+        L = layout
+        e.u8(1)
+        if "bad" in L:
+            e.u8(224 + L["bad"])
+        elif L.get("B", 128) == 0:
+            e.u8(200)
+        else:
+            e.u8({8: 0, 16: 1, 32: 2, 64: 3, 128: 4, 256: 5}[L.get("B", 128)])
+        e.u8(L.get("split", 0) | L.get("biased", 0) << 1 | L.get("table", 0) << 2 | L.get("stab", 0) << 3 |
+             L.get("refused", 0) << 4)
+        if L.get("table", 0):
+            e.u8(L.get("blocks", 8))
+        else:
+            e.u8({0: 0, -1: 1, 1: 2}[L.get("adj", 0)])
+        e.u8(200 + L["rs_edge"] if "rs_edge" in L else L.get("rs", 7) - 7)
+        e.u8(200 + L["rows_edge"] if "rows_edge" in L else L.get("rows", 1))
+        e.u8(200 + L["stride_edge"] if "stride_edge" in L else L.get("stride_d", 0) + 1)
+        e.u8(L.get("style", 0))
+        e.u64(L.get("seed", 7))
+    if index is None:
+        e.u8(0)
+    else:
+        e.u8(index.get("sel", 0) or 4)
+        e.u64(index.get("seed", 5))
+    if entry is None:
+        e.u8(0)
+    else:
+        E = entry
+        e.u8({"fp8": 1, "bf16": 5, "bad": 7 + 8 * E.get("bad_kind", 0), "pooled": 8}[E.get("kind", "fp8")])
+        e.u8(224 + E["P_bad"] if "P_bad" in E else E.get("P", 1))
+        e.u8(E.get("pb", 0))
+        e.u8(200 + E["cp_edge"] if "cp_edge" in E else E.get("cp", 2))
+        e.u8(240 + E["rope_edge"] if "rope_edge" in E else E.get("rope", 5))
+        e.u8(E.get("eps", 0))
+        e.u64(E.get("seed", 11))
+    e.u8(0 if xc == 0 else 200 + xc - 1)
+
+
 # ---- mode 0: decode ------------------------------------------------------------------------------
-def decode_case(inst, flags, pages, plans, out_extra=0, lay=None, corrupt=0, seed=1, style=0, msg=0, group=0, group2=4):
+def decode_case(inst, flags, pages, plans, out_extra=0, lay=None, corrupt=0, seed=1, style=0, msg=0, group=0, group2=4,
+                ext=None):
     e = Enc()
     e.below(5, 0)
     e.below(6, inst)
@@ -180,11 +231,16 @@ def decode_case(inst, flags, pages, plans, out_extra=0, lay=None, corrupt=0, see
         decode_plan(e, span, **p)
     e.below(16, group2 - 1)  # the second run's requests_per_block (when results must agree)
     e.below(3, msg)
+    if ext is not None:
+        ext_fields(e, **ext)
     return bytes(e.b)
 
 
 # ---- mode 1: prefill ------------------------------------------------------------------------------
-def prefill_case(inst, flags, pages, rows, compress, writes, out_extra=0, lay=None, corrupt=0, seed=2, style=0, msg=0):
+def prefill_case(inst, flags, pages, rows, compress, writes, out_extra=0, lay=None, corrupt=0, seed=2, style=0, msg=0,
+                 ext=None, wgroup=0, wgroup2=2):
+    """ext: the fields of ext_fields; with it, windows_per_block (wgroup) and the second run's (wgroup2)
+    come before msg as the decoder reads them (older seeds leave them out)."""
     e = Enc()
     e.below(5, 1)
     e.below(6, inst)
@@ -204,7 +260,13 @@ def prefill_case(inst, flags, pages, rows, compress, writes, out_extra=0, lay=No
         compress_plan(e, rows, span, **c)
     for w in writes:
         write_plan(e, rows, span, **w)
+    if ext is None:
+        e.below(3, msg)
+        return bytes(e.b)
+    e.u8(0 if wgroup == 0 else 128 + wgroup - 1)
+    e.below(32, wgroup2 - 1)
     e.below(3, msg)
+    ext_fields(e, **ext)
     return bytes(e.b)
 
 
@@ -417,7 +479,7 @@ def pages_field(e, v):
 
 
 def planner_case(decode, requests, R=0, spec=0, pages=8, table=None, stride=None, num_pool=None, verify=0,
-                 capacity=600, counts=True, corrupt=0, extra=0, kind=0, seed=1, huge=None, dup=None):
+                 capacity=600, counts=True, corrupt=0, extra=0, kind=0, seed=1, huge=None, dup=None, new=None):
     """extra (the hardening fields): 9 huge request count (huge: rd_huge_requests case), 10 capacity
     past the limit, 11 host planner's arguments aliased (kind), 12 device planner's (kind), 13 a
     thread scribbling the requests, 14 the page table, 15 a duplicate (dup: (i, j) pool copy)."""
@@ -512,7 +574,43 @@ def planner_case(decode, requests, R=0, spec=0, pages=8, table=None, stride=None
         e.below16(n - 1, (j - i - 1) % n)
         if table is not None and len(table) >= 2:
             e.below(2, 0)
+    if new is not None:
+        planner_new_fields(e, **new)
     return bytes(e.b)
+
+
+def planner_new_fields(e, write_all=0, btable=None, rope=None, lens=0, qs0=None, lcorrupt=0):
+    """Mode 3's fields added with other engines' layouts (fuzz/planner.h).
+    btable: dict(B=8..256 or bad=k, rs=7..10 or rs_edge=k, rows=0..6 or rows_edge=k, stride_d=-1..1 or
+            stride_edge=k, style, null=(has, value -1..2), seed, rmode=0 (ring_tokens 0) / 1 (R) / 2 (as drawn) /
+            3 (wrong), stab, plane, no_plane, page_table).
+    rope: index into (1, 127, 128, 129, 200, 256, 383, 384, 1000, -1, 600, 65536, INT64_MAX), or None.
+    lens: the engine arrays' form (0 none; 1 all, 2 without pool_indices, 3 decreasing query_start, 4 beside a
+          request array); qs0: query_start[0]; lcorrupt 1..10."""
+    e.below(2, write_all)
+    if btable is None:
+        e.u8(0)
+    else:
+        T = btable
+        tsel = 1 | T.get("rmode", 0) << 1 | T.get("stab", 0) << 3 | T.get("plane", 0) << 4 | \
+            T.get("no_plane", 0) << 5 | T.get("page_table", 0) << 6
+        e.u8(tsel)
+        e.u8(220 + T["bad"] if "bad" in T else {8: 0, 16: 1, 32: 2, 64: 3, 128: 4, 256: 5}[T.get("B", 8)])
+        e.u8(200 + T["rs_edge"] if "rs_edge" in T else T.get("rs", 7) - 7)
+        e.u8(200 + T["rows_edge"] if "rows_edge" in T else T.get("rows", 2))
+        e.u8(200 + T["stride_edge"] if "stride_edge" in T else T.get("stride_d", 0) + 1)
+        e.u8(T.get("style", 0))
+        has, val = T.get("null", (0, -1))
+        e.u8(has | (val + 1) << 1)
+        e.u64(T.get("seed", 3))
+    e.u8(0 if rope is None else 13 + rope)
+    lsel = {0: 0, 1: 1, 2: 2, 3: 3, 4: 16}[lens]
+    if qs0 is not None and lsel:
+        lsel |= 4
+    e.u8(lsel)
+    if lsel & 4:
+        e.u32(qs0)
+    e.u8(0 if lcorrupt == 0 else 200 + lcorrupt - 1)
 
 
 # ---- mode 4: checker ------------------------------------------------------------------------------------
@@ -530,7 +628,7 @@ def size_field(e, v):
 
 def checker_case(prefill, head_dim=128, dtypes=(0, 0, 0), pages=4, in_rows=300, out_rows=8, lay=None, plans=(),
                  writes=(), null_plans=False, msg=64, null_args=False, null_report=False, group=0, extra=0, huge=0,
-                 misalign=1):
+                 misalign=1, ext=None):
     """group: requests/windows per block; extra (the hardening fields): 1 / 2 a huge count
     (rd_huge_count case `huge`) in the first / write array, 3 a misaligned plan array, 4 counts at
     the prefill limit over full arrays."""
@@ -599,6 +697,13 @@ def checker_case(prefill, head_dim=128, dtypes=(0, 0, 0), pages=4, in_rows=300, 
         e.below(2, misalign - 1)
         if misalign == 2 and prefill:
             e.below(2, 0)
+    if ext is not None:
+        # the fields the decoder reads after the checks (instance, bf16 bits, status, dtype, group sizes), then ext
+        e.u8(0), e.u32(0), e.u32(0x3F800000), e.u32(0), e.u32(0)
+        e.below(2, 0)
+        e.u64(100)
+        e.u32(132)
+        ext_fields(e, **ext)
     return bytes(e.b)
 
 
@@ -751,6 +856,98 @@ def cases():
     c["plan-scribbled-table"] = planner_case(False, [(0, 300, 200), (1, 140, 30)], R=256, spec=1, pages=8,
                                              table=[0, 1, 2, 3], num_pool=2, extra=14, seed=99)
     c["plan-duplicate-pool"] = planner_case(True, [(0, 129, 0), (1, 5, 0), (2, 9, 0)], pages=4, extra=15, dup=(0, 2))
+    # -- other engines' layouts (DESIGN 5.9), output rows by index (5.10), cache entries (11)
+    vllm = dict(B=8, biased=1, table=1, blocks=40, rs=7, rows=2)
+    c["decode-vllm-table-biased"] = decode_case(F32, 0x01, 2, [
+        dict(seq=128, wpage=0, wslot=127), dict(seq=134, wpage=1, wslot=5), dict(pad=True, wpage=1, wslot=3)],
+        ext=dict(layout=vllm))
+    c["decode-trtllm-planes"] = decode_case(BF16, 0x01, 2, [
+        dict(seq=256, wpage=1, wslot=127), dict(seq=10, wpage=0, wslot=9)],
+        ext=dict(layout=dict(B=128, split=1, biased=1, table=1, stab=1, blocks=6, rows=3)))
+    c["decode-table-two-rows-one-block"] = decode_case(F32, 0x01, 2, [
+        dict(seq=3, wpage=0, wslot=2), dict(seq=251, wpage=1, wslot=122), dict(seq=128, wpage=0, wslot=127)],
+        group=1, ext=dict(layout=dict(vllm, style=3)))
+    c["decode-blocks16-no-table"] = decode_case(BF16_F32, 0x03, 2, [
+        dict(seq=128, wpage=1, wslot=127), dict(seq=7, wpage=0, wslot=6)], ext=dict(layout=dict(B=16, split=1)))
+    c["decode-output-index"] = decode_case(F32_BF16, 0x01, 3, [
+        dict(seq=128, wpage=0, wslot=127), dict(seq=256, wpage=1, wslot=127), dict(seq=9, wpage=2, wslot=8)],
+        out_extra=1, ext=dict(index=dict(sel=0)))
+    c["decode-output-index-bad-and-duplicate"] = decode_case(F32, 0x01, 3, [
+        dict(seq=128, wpage=0, wslot=127), dict(seq=256, wpage=1, wslot=127), dict(seq=384, wpage=2, wslot=127)],
+        group=1, ext=dict(index=dict(sel=2, seed=3)))
+    c["decode-entry-fp8"] = decode_case(F32, 0x01, 3, [
+        dict(seq=128, wpage=0, wslot=127), dict(seq=256, wpage=1, wslot=127), dict(seq=7, wpage=2, wslot=6)],
+        ext=dict(index=dict(sel=0), entry=dict(kind="fp8", P=1, pb=0, cp=2, rope=5, eps=0)))
+    c["decode-entry-bf16-h256"] = decode_case(H256, 0x03, 1, [dict(seq=128, wpage=0, wslot=127)],
+                                              ext=dict(entry=dict(kind="bf16", P=2, pb=3, cp=1, rope=7, eps=3)))
+    c["decode-entry-rope-too-short"] = decode_case(F32, 0x01, 2, [
+        dict(seq=128, wpage=0, wslot=127), dict(seq=256, wpage=1, wslot=127)],
+        ext=dict(entry=dict(kind="fp8", P=1, cp=1, rope=1)))
+    c["decode-entry-h64-rope-only"] = decode_case(H64, 0x01, 1, [dict(seq=128, wpage=0, wslot=127)], style=2,
+                                                  ext=dict(layout=dict(B=32), entry=dict(kind="fp8", P=0, pb=3, cp=1)))
+    c["decode-entry-bad-page-size"] = decode_case(F32, 0, 1, [dict(seq=128, wpage=0, wslot=127)],
+                                                  ext=dict(entry=dict(kind="fp8", P=1, pb=5)))
+    c["decode-entry-bad-kind"] = decode_case(F32, 0, 1, [dict(seq=128, wpage=0, wslot=127)],
+                                             ext=dict(entry=dict(kind="bad")))
+    c["decode-layout-row-shift-31"] = decode_case(F32, 0, 2, [dict(seq=3, wpage=0, wslot=2)],
+                                                  ext=dict(layout=dict(vllm, rs_edge=2)))
+    c["decode-layout-sharded-refused"] = decode_case(F32, 0, 2, [dict(seq=3, wpage=0, wslot=2)],
+                                                     lay=dict(size=2, rank=0, ppr=1), ext=dict(layout=dict(B=8)))
+    c["decode-cache-inside-state"] = decode_case(F32, 0x01, 1, [dict(seq=128, wpage=0, wslot=127)],
+                                                 ext=dict(entry=dict(kind="fp8", P=1, cp=1), xc=11))
+    c["prefill-vllm-table-window"] = prefill_case(F32, 0x01, 2, 200, [dict(seq=256, bl=120, rag=6, rpage=1)],
+                                                  [dict(rag=7 + k, wpage=1, wslot=120 + k) for k in range(6)],
+                                                  ext=dict(layout=vllm))
+    c["prefill-planes-blocks16"] = prefill_case(BF16, 0x03, 2, 140, [dict(seq=128, bl=100, rag=26, rpage=0)],
+                                                [dict(rag=k, wpage=1, wslot=k) for k in range(4)],
+                                                ext=dict(layout=dict(B=16, split=1, biased=1)))
+    c["prefill-entry-fp8-index"] = prefill_case(F32, 0x01, 2, 260, [
+        dict(seq=128, bl=0, rag=127), dict(seq=256, bl=0, rag=255), dict(seq=384, bl=60, rag=68, rpage=1)], [],
+        ext=dict(index=dict(sel=0), entry=dict(kind="fp8", P=0, pb=3, cp=3, rope=5)))
+    c["prefill-index-duplicate-same-block"] = prefill_case(F32, 0x01, 1, 256, [
+        dict(seq=128, bl=0, rag=127), dict(seq=256, bl=0, rag=255)], [], wgroup=2, out_extra=226,
+        ext=dict(index=dict(sel=0)))
+    c["prefill-index-duplicate-window"] = prefill_case(BF16_F32, 0x01, 1, 256, [
+        dict(seq=128, bl=0, rag=127), dict(seq=256, bl=0, rag=255)], [], wgroup=1,
+        ext=dict(index=dict(sel=1, seed=1)))
+    c["prefill-table-at-limit"] = prefill_case(F32, 0x01, 2, 140, [dict(seq=128, bl=10, rag=117, rpage=0)],
+                                               [dict(rag=1, wpage=0, wslot=1)],
+                                               ext=dict(layout=dict(B=8, table=1, blocks=20, rs_edge=7, rows_edge=0)))
+    c["prefill-entry-eps-nan"] = prefill_case(F32, 0, 1, 128, [dict(seq=128, bl=0, rag=127)], [],
+                                              ext=dict(entry=dict(kind="fp8", eps=6)))
+    c["prefill-entry-cache-misaligned"] = prefill_case(F32, 0, 1, 128, [dict(seq=128, bl=0, rag=127)], [],
+                                                       ext=dict(entry=dict(kind="bf16", cp=1), xc=4))
+    c["check-table-conflict"] = checker_case(0, pages=40, out_rows=4, plans=[
+        dict(seq=3, wpage=0, wslot=2), dict(seq=251, wpage=1, wslot=122)], ext=dict(layout=dict(vllm, style=3)))
+    c["check-entry-position"] = checker_case(0, pages=4, out_rows=4, plans=[
+        dict(seq=128, wpage=0, wslot=127), dict(seq=256, wpage=1, wslot=127)],
+        ext=dict(entry=dict(kind="fp8", P=1, cp=2, rope=1)))
+    c["check-index-two-windows"] = checker_case(1, pages=4, in_rows=300, out_rows=1, plans=[
+        dict(seq=128, bl=0, rag=127), dict(seq=256, bl=0, rag=255)], ext=dict(index=dict(sel=0)))
+    c["check-layout-score-table-no-plane"] = checker_case(1, pages=4, writes=[dict(rag=1, wpage=0, wslot=1)],
+                                                          ext=dict(layout=dict(vllm, stab=1, refused=1)))
+    c["plan-write-all-ring"] = planner_case(False, [(0, 300, 300), (1, 140, 12)], R=256, pages=6,
+                                            new=dict(write_all=1))
+    vtab = dict(B=8, rs=10, rows=2, stride_d=0, rmode=1)
+    c["plan-vllm-block-table"] = planner_case(False, [(0, 300, 300), (1, 200, 72)], pages=300,
+                                              new=dict(write_all=1, btable=vtab))
+    c["plan-block-missing"] = planner_case(False, [(0, 300, 300)], pages=300, new=dict(btable=dict(vtab, style=4)))
+    c["plan-null-block"] = planner_case(True, [(0, 128, 0), (1, 5, 0)], pages=4,
+                                        new=dict(btable=dict(vtab, null=(1, 0), seed=9)))
+    c["plan-block-column-past-stride"] = planner_case(False, [(0, 1024, 500)], pages=300,
+                                                      new=dict(write_all=1, btable=dict(vtab, stride_d=-1)))
+    c["plan-trtllm-score-table"] = planner_case(False, [(0, 300, 300), (1, 20, 20)], pages=40,
+                                                new=dict(btable=dict(B=128, rs=8, rows=2, stab=1, plane=1)))
+    c["plan-rope-too-short"] = planner_case(False, [(0, 300, 300)], R=128, pages=4, new=dict(rope=2))
+    c["plan-decode-rope-boundary"] = planner_case(True, [(0, 256, 0), (1, 129, 0)], pages=4, new=dict(rope=2))
+    c["plan-engine-arrays"] = planner_case(False, [(0, 300, 300), (2, 140, 12), (1, 10, 10)], R=256, pages=8,
+                                           new=dict(lens=1, qs0=5))
+    c["plan-engine-arrays-decode"] = planner_case(True, [(0, 128, 0), (1, 7, 0)], pages=4, new=dict(lens=2))
+    c["plan-engine-arrays-decreasing"] = planner_case(False, [(0, 300, 300), (1, 10, 10)], pages=4,
+                                                      new=dict(lens=3))
+    c["plan-engine-arrays-alias-workspace"] = planner_case(False, [(0, 300, 300)], pages=4,
+                                                           new=dict(lens=1, lcorrupt=8))
+    c["plan-requests-from-lens-null"] = planner_case(False, [(0, 30, 30)], pages=4, new=dict(lens=1, lcorrupt=1))
     return c
 
 
@@ -766,7 +963,23 @@ def crashes():
                                                                      extra=12, kind=1, seed=0),
         "bug6-row-naming-one-page-twice.bin": planner_case(False, [(0, 300, 300)], R=256, spec=1, pages=8,
                                                            table=[5, 5, 2, 3], num_pool=2),
+        # open bugs (their guards steer the target around them; C128_FUZZ_UNGUARD=N replays them)
+        "bug7-biased-writes-null-ape-decode.bin": decode_case(
+            F32, 0x00, 1, [dict(seq=3, wpage=0, wslot=2)], out_extra=224, corrupt=3,
+            ext=dict(layout=dict(B=128, biased=1), index=dict(sel=1))),
+        "bug7-biased-writes-null-ape-prefill.bin": prefill_case(
+            F32, 0x00, 1, 10, [], [dict(rag=1, wpage=0, wslot=1)], corrupt=3, ext=dict(layout=dict(B=128, biased=1))),
+        "bug8-output-index-ignores-shards.bin": decode_case(
+            F32, 0x01, 4, [dict(seq=128, wpage=1, wslot=127), dict(seq=5, wpage=2, wslot=4)],
+            lay=dict(size=2, rank=1, ppr=2), ext=dict(index=dict(sel=0))),
+        "bug9-block-table-shared-block.bin": planner_case(
+            True, [(0, 128, 0), (1, 5, 0)], pages=4, new=dict(btable=dict(B=8, rs=10, rows=2, stride_d=0, rmode=1))),
     }
+
+
+# Inputs the fuzzer found that joined the corpus as they are (not encoded here): kept when the
+# corpus is regenerated.
+FOUND = {"planner-alias-null-workspace", "prefill-aliased-nothing-to-do"}
 
 
 def main():
@@ -780,7 +993,8 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
     os.makedirs(out, exist_ok=True)
     for name in os.listdir(out):
-        os.remove(os.path.join(out, name))
+        if name not in FOUND:
+            os.remove(os.path.join(out, name))
     for name, data in sorted(cases().items()):
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
