@@ -161,8 +161,8 @@ static void fz_mode_checker(fz_reader *r) {
   fz_ext x;
   rd_ext(r, &x);
   const int Dsafe = D >= 64 && D <= 512 && D % 64 == 0 ? D : 128;
-  const int64_t index_rows = prefill ? (in_rows > 0 ? (in_rows < C128_MAX_PREFILL_ROWS ? in_rows : C128_MAX_PREFILL_ROWS) : 0)
-                                     : len1;
+  const int64_t index_rows =
+      prefill ? (in_rows > 0 ? (in_rows < C128_MAX_PREFILL_ROWS ? in_rows : C128_MAX_PREFILL_ROWS) : 0) : len1;
   /* open bug 8: an output index on a sharded state (see mode 0) */
   if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
   fz_build_ext(&x, Dsafe, 4, pages >= 0 && pages < 12 ? pages : 12, span, index_rows, out_rows,
@@ -202,9 +202,23 @@ static void fz_mode_checker(fz_reader *r) {
   fz_add_context(" -> %s", c128_status_string(st));
 
   /* The status the launch's validation gives. */
-  const m_args ma = {prefill, D,      sd,     id,     od,     pages,  in_rows, out_rows, count1,
-                     count2,  lay,    group,  plans1, plans2, prefill ? &pa.state_layout : &da.state_layout,
-                     prefill ? pa.output_index : da.output_index, prefill ? &pa.entry : &da.entry};
+  const m_args ma = {prefill,
+                     D,
+                     sd,
+                     id,
+                     od,
+                     pages,
+                     in_rows,
+                     out_rows,
+                     count1,
+                     count2,
+                     lay,
+                     group,
+                     plans1,
+                     plans2,
+                     prefill ? &pa.state_layout : &da.state_layout,
+                     prefill ? pa.output_index : da.output_index,
+                     prefill ? &pa.entry : &da.entry};
   const c128_status vwant = m_validate(&ma); /* the launch's, which has no report to be NULL */
   const c128_status want = null_args || null_report ? C128_ERROR_NULL_POINTER : vwant;
   FZ_CHECK(5, st == want || (want == C128_SUCCESS && st == C128_ERROR_INVALID_PLAN),
@@ -225,7 +239,8 @@ static void fz_mode_checker(fz_reader *r) {
                               : m_has_work(&ma)       ? C128_ERROR_NULL_POINTER
                                                       : C128_SUCCESS;
     const int inst = fz_find_instance(D, sd, id, od);
-    const int other = inst >= 0 ? (inst + 1 + osel % (FZ_NUM_INSTANCES - 1)) % FZ_NUM_INSTANCES : osel % FZ_NUM_INSTANCES;
+    const int other =
+        inst >= 0 ? (inst + 1 + osel % (FZ_NUM_INSTANCES - 1)) % FZ_NUM_INSTANCES : osel % FZ_NUM_INSTANCES;
     c128_status lst, tst = lwant, ost = C128_ERROR_INSTANCE_MISMATCH;
     if (prefill) {
       lst = c128_prefill_host(null_args ? NULL : &pa, NULL);

@@ -530,8 +530,9 @@ static m_ring m_ring_of(const c128_ring *r) {
   memset(&m, 0, sizeof m);
   const c128_state_layout *l = &r->state_layout;
   m.tabled = l->block_table != NULL;
-  m.R = m.tabled ? (l->row_shift >= 7 && l->row_shift <= 30 ? (int64_t)1 << l->row_shift : 128)
-                  : r->ring_tokens ? r->ring_tokens : 128;
+  m.R = m.tabled         ? (l->row_shift >= 7 && l->row_shift <= 30 ? (int64_t)1 << l->row_shift : 128)
+        : r->ring_tokens ? r->ring_tokens
+                         : 128;
   m.spec = r->speculative, m.pt = r->page_table, m.stride = r->page_table_stride, m.num_pool = r->num_pool;
   m.state_pages = r->state_pages, m.write_all = r->write_all;
   m.B = l->block_rows ? l->block_rows : 128, m.shift = m_log2(m.B);

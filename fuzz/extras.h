@@ -172,8 +172,7 @@ static c128_status m_tensors(const m_args *a, const fz_instance *I, const m_tens
 
 /* The launch's status: typed entry point of another instance, the arguments, the tensors. */
 static c128_status m_launch_status(const m_args *a, const fz_instance *I, int typed, const m_tensors_of *t) {
-  if (typed && (a->D != I->head_dim || a->sd != (int32_t)I->buf || a->id != (int32_t)I->in ||
-                a->od != (int32_t)I->out))
+  if (typed && (a->D != I->head_dim || a->sd != (int32_t)I->buf || a->id != (int32_t)I->in || a->od != (int32_t)I->out))
     return C128_ERROR_INSTANCE_MISMATCH;
   const c128_status st = m_validate(a);
   if (st != C128_SUCCESS || !m_has_work(a)) return st;
@@ -365,7 +364,7 @@ static void fz_fill_table(int32_t *t, int64_t n, int64_t blocks, int style, fz_r
       break;
     case 2: {
       const int sel = (int)(x % 10);
-      t[k] = sel < 6   ? t[k]
+      t[k] = sel < 6    ? t[k]
              : sel == 6 ? -1 - (int32_t)((x >> 8) % 3)
              : sel == 7 ? (int32_t)blocks + (int32_t)((x >> 8) % 2)
              : sel == 8 ? (int32_t)(x >> 16)
@@ -394,9 +393,10 @@ static void fz_build_ext(fz_ext *x, int D, size_t state_es, int64_t pages, int64
     static const int32_t bad_rows[8] = {3, 12, 4, 512, -8, 1024, 100, 1};
     c128_state_layout *l = &x->sl;
     l->block_rows = x->bsel < 200 ? 8 << (x->bsel % 6) : x->bsel < 220 ? 0 : bad_rows[x->bsel % 8];
-    const int64_t B = m_log2(l->block_rows ? l->block_rows : 128) >= 3 && m_log2(l->block_rows ? l->block_rows : 128) <= 8
-                          ? (l->block_rows ? l->block_rows : 128)
-                          : 128;
+    const int64_t B =
+        m_log2(l->block_rows ? l->block_rows : 128) >= 3 && m_log2(l->block_rows ? l->block_rows : 128) <= 8
+            ? (l->block_rows ? l->block_rows : 128)
+            : 128;
     l->score_biased = (x->fsel >> 1) & 1;
     const int split = x->fsel & 1, tab = (x->fsel >> 2) & 1;
     int stab = (x->fsel >> 3) & 1;
@@ -428,7 +428,8 @@ static void fz_build_ext(fz_ext *x, int D, size_t state_es, int64_t pages, int64
       if (need > 64) need = 1 + x->ssel % 4; /* positions past the first columns have no block */
       const int64_t tr = l->table_rows > 0 ? l->table_rows : 1;
       const int64_t edge_st[8] = {0, -1, 1, INT64_MAX / 4 / tr + 1, 2 * need, INT64_MAX, 2, need};
-      l->table_stride = x->ssel < 200 ? (need - 1 + x->ssel % 3 > 0 ? need - 1 + x->ssel % 3 : 0) : edge_st[x->ssel % 8];
+      l->table_stride =
+          x->ssel < 200 ? (need - 1 + x->ssel % 3 > 0 ? need - 1 + x->ssel % 3 : 0) : edge_st[x->ssel % 8];
       const int64_t rows_t = l->table_rows, st = l->table_stride;
       const int64_t entries =
           rows_t >= 0 && st >= 0 && (rows_t == 0 || st <= 65536 / (rows_t ? rows_t : 1)) ? rows_t * st : -1;
@@ -463,21 +464,22 @@ static void fz_build_ext(fz_ext *x, int D, size_t state_es, int64_t pages, int64
     static const int32_t bad_kind[4] = {3, -1, 100, INT32_MIN};
     const int k = x->esel % 8;
     const int32_t kind = k >= 1 && k <= 4 ? C128_OUTPUT_DSV4_FP8
-                         : k <= 6 && k     ? C128_OUTPUT_DSV4_BF16
-                         : k == 7          ? bad_kind[(x->esel >> 3) % 4]
-                                           : C128_OUTPUT_POOLED;
+                         : k <= 6 && k    ? C128_OUTPUT_DSV4_BF16
+                         : k == 7         ? bad_kind[(x->esel >> 3) % 4]
+                                          : C128_OUTPUT_POOLED;
     memcpy(&e->kind, &kind, sizeof kind);
     const int fp8 = kind == C128_OUTPUT_DSV4_FP8;
     static const int32_t good_p[8] = {1, 2, 4, 64, 1, 2, 8, 16}, bad_p[8] = {0, 3, -1, 6, 1 << 30, INT32_MIN, 12, 96};
     e->entries_per_page = x->psel < 224 ? good_p[x->psel % 8] : bad_p[x->psel % 8];
     const int64_t P = e->entries_per_page, eb = m_entry_bytes(D, fp8), exact = P > 0 ? eb * P : 4;
     const int64_t flash = (exact + D + 63) / (D + 64) * (D + 64);
-    const int64_t pb[10] = {exact, exact, exact + 4, (flash + 3) / 4 * 4, exact + 64,
-                            exact - 4, exact + 1, exact + 2, -4, INT64_MAX - 3};
+    const int64_t pb[10] = {exact,     exact,     exact + 4, (flash + 3) / 4 * 4, exact + 64, exact - 4,
+                            exact + 1, exact + 2, -4,        INT64_MAX - 3};
     e->page_bytes = pb[x->pbsel % 10];
     const int shift = m_log2(P) >= 0 ? m_log2(P) : 0;
     const int64_t pbv = e->page_bytes > 0 ? e->page_bytes : 1;
-    const int64_t edge_cp[8] = {-1, 0, INT64_MAX, INT64_MAX / pbv + (pbv > 1), 1, 2, (INT64_MAX >> shift) + (shift > 0), 3};
+    const int64_t edge_cp[8] = {-1, 0, INT64_MAX, INT64_MAX / pbv + (pbv > 1), 1, 2, (INT64_MAX >> shift) + (shift > 0),
+                                3};
     e->cache_pages = x->cpsel < 200 ? x->cpsel % 4 : edge_cp[x->cpsel % 8];
     if (x->pbsel % 10 == 9 && e->cache_pages < 2) e->page_bytes = exact; /* huge pages only where refused */
     static const int64_t rope_good[8] = {0, 1, 2, 3, 128, 1100, 1100, 300};
@@ -515,7 +517,8 @@ static void fz_build_ext(fz_ext *x, int D, size_t state_es, int64_t pages, int64
     }
     const int valid = m_check_entry(e, D) == C128_SUCCESS && e->kind != C128_OUTPUT_POOLED;
     int64_t bytes = 0;
-    if (valid && e->cache_pages > 0 && e->page_bytes <= (4 << 20) / e->cache_pages) bytes = e->cache_pages * e->page_bytes;
+    if (valid && e->cache_pages > 0 && e->page_bytes <= (4 << 20) / e->cache_pages)
+      bytes = e->cache_pages * e->page_bytes;
     else if (valid && e->cache_pages > 0) e->cache_pages = 0; /* valid but too large to hold: none */
     x->cache_bytes = bytes;
     x->cache = (uint8_t *)fz_alloc((size_t)bytes);
@@ -526,7 +529,7 @@ static void fz_build_ext(fz_ext *x, int D, size_t state_es, int64_t pages, int64
   x->index_rows = index_rows;
   if (x->isel) {
     const int entry = x->esel && x->en.kind != C128_OUTPUT_POOLED;
-    const int64_t T = !entry                                  ? out_rows
+    const int64_t T = !entry                                     ? out_rows
                       : m_check_entry(&x->en, D) == C128_SUCCESS ? x->en.cache_pages * x->en.entries_per_page
                                                                  : 0;
     x->index = (int64_t *)fz_alloc((size_t)index_rows * 8);
@@ -578,8 +581,7 @@ typedef struct fz_ptrs {
   void **output;
   const void **plans;
 } fz_ptrs;
-static void fz_corrupt_ext(int xc, c128_state_layout *sl, const int64_t **index, c128_entry_args *e,
-                           const fz_ptrs *t) {
+static void fz_corrupt_ext(int xc, c128_state_layout *sl, const int64_t **index, c128_entry_args *e, const fz_ptrs *t) {
   switch (xc) {
   case 1:
     e->norm_weight = NULL;
@@ -651,10 +653,10 @@ static void fz_corrupt_ext(int xc, c128_state_layout *sl, const int64_t **index,
 static int fz_ext_fits(int xc, const c128_state_layout *sl, const int64_t *index, int64_t index_rows,
                        uint64_t state_bytes, uint64_t out_bytes, uint64_t plans_bytes) {
   const uint64_t ib = index ? (uint64_t)index_rows * 8u : 0u;
-  const uint64_t tb = sl->table_rows > 0 && sl->table_stride > 0 && sl->table_stride < (1 << 20) &&
-                              sl->table_rows < (1 << 20)
-                          ? (uint64_t)sl->table_rows * (uint64_t)sl->table_stride * 4u
-                          : 0u;
+  const uint64_t tb =
+      sl->table_rows > 0 && sl->table_stride > 0 && sl->table_stride < (1 << 20) && sl->table_rows < (1 << 20)
+          ? (uint64_t)sl->table_rows * (uint64_t)sl->table_stride * 4u
+          : 0u;
   switch (xc) {
   case 13:
     return tb <= state_bytes;
@@ -682,7 +684,8 @@ static void fz_ext_context(const fz_ext *x) {
                    x->en.entries_per_page, (long long)x->en.page_bytes, (long long)x->en.cache_pages,
                    (long long)x->en.rope_positions, (double)x->en.norm_eps);
   if (x->xc) fz_add_context(" ext corruption %d", x->xc);
-  if (getenv("C128_FUZZ_VERBOSE") && atoi(getenv("C128_FUZZ_VERBOSE")) > 1) fprintf(stderr, "c128-fuzz: %s\n", fz_context);
+  if (getenv("C128_FUZZ_VERBOSE") && atoi(getenv("C128_FUZZ_VERBOSE")) > 1)
+    fprintf(stderr, "c128-fuzz: %s\n", fz_context);
 }
 
 static void fz_free_ext(fz_ext *x) {

@@ -8,8 +8,8 @@ static int fz_reason_class(int reason) {
 }
 
 typedef struct fz_lib_decode {
-  int reason; /* -1: the arguments do not validate */
-  int layout; /* the kernel of any layout: read_row0 is a logical row */
+  int reason;                    /* -1: the arguments do not validate */
+  int layout;                    /* the kernel of any layout: read_row0 is a logical row */
   int64_t write_kv, write_score; /* -1: the slot belongs to another rank */
   int boundary;
   int64_t read_row0, out_row;
@@ -100,6 +100,5 @@ static void fz_set_group(c128_decode_args *a, int32_t g) { a->requests_per_block
 #define FZ_MAX_PREFILL_GROUP C128_MAX_PREFILL_GROUP
 static void fz_set_prefill_group(c128_prefill_args *a, int32_t g) { a->windows_per_block = g; }
 static int32_t fz_host_prefill_group(const c128_prefill_args *a) {
-  return a->windows_per_block > 0 ? a->windows_per_block
-                                  : c128_prefill_group_size(a->num_compress, a->head_dim, 132);
+  return a->windows_per_block > 0 ? a->windows_per_block : c128_prefill_group_size(a->num_compress, a->head_dim, 132);
 }

@@ -199,8 +199,7 @@ static int fz_written_ok(const fz_instance *I, const fz_planes *now, int64_t row
 /* Every changed row of each plane has a runnable writer; every written row is, element by
    element, the converted input row of one of its writers. */
 static void fz_check_planes(const fz_instance *I, const fz_planes *now, const fz_planes *before, int64_t rows,
-                            const void *input, const float *ape, int biased, const fz_wr *w, int nw,
-                            const char *what) {
+                            const void *input, const float *ape, int biased, const fz_wr *w, int nw, const char *what) {
   const int D = I->head_dim;
   for (int half = 0; half < 2; ++half) {
     for (int64_t row = 0; row < rows; ++row) {
@@ -259,7 +258,8 @@ static const float *fz_window_rows(const fz_instance *I, const m_kern *K, const 
   for (int j = 0; j < 128; ++j) {
     if (j < buffer_len) {
       const int64_t rk = m_window_row(K, row0, j, 0), rs = K->S.layout ? m_window_row(K, row0, j, 1) : rk;
-      for (int c = 0; c < D; ++c) fz_rows[j][c] = fz_plane_get(before, rk, c), fz_rows[j][D + c] = fz_plane_get(before, rs, D + c);
+      for (int c = 0; c < D; ++c)
+        fz_rows[j][c] = fz_plane_get(before, rk, c), fz_rows[j][D + c] = fz_plane_get(before, rs, D + c);
     } else {
       for (int c = 0; c < 2 * D; ++c) fz_rows[j][c] = fz_get(input, (in_row0 + j) * 2 * D + c, I->in);
     }
@@ -328,8 +328,9 @@ static void fz_check_cache(const fz_instance *I, const c128_entry_args *e, const
                            int64_t bytes, const int64_t *winner, int64_t T, const float *ys, const int64_t *pos,
                            const char *what) {
   const int D = I->head_dim;
-  m_entry_ctx E = {D, e->kind == C128_OUTPUT_DSV4_FP8, e->entries_per_page, e->page_bytes, e->norm_weight,
-                   e->rope_table, e->norm_eps};
+  m_entry_ctx E = {
+      D,          e->kind == C128_OUTPUT_DSV4_FP8, e->entries_per_page, e->page_bytes, e->norm_weight, e->rope_table,
+      e->norm_eps};
   uint8_t *want = (uint8_t *)fz_clone(before, (size_t)bytes), *nan = (uint8_t *)fz_alloc((size_t)bytes + 1);
   int64_t *who = (int64_t *)fz_alloc((size_t)bytes * sizeof(int64_t) + 1);
   memset(nan, 0, (size_t)bytes + 1);
@@ -354,14 +355,15 @@ static void fz_check_cache(const fz_instance *I, const c128_entry_args *e, const
       const int64_t at = k - (k - 0) % 2;
       uint16_t h;
       memcpy(&h, now + at, 2);
-      FZ_CHECK(2, (h & 0x7FFFu) > 0x7F80u, "%s: cache byte %lld (entry of job %lld) should hold a bf16 NaN, holds 0x%04x",
-               what, (long long)k, (long long)who[k], h);
+      FZ_CHECK(2, (h & 0x7FFFu) > 0x7F80u,
+               "%s: cache byte %lld (entry of job %lld) should hold a bf16 NaN, holds 0x%04x", what, (long long)k,
+               (long long)who[k], h);
       continue;
     }
     FZ_CHECK(2, now[k] == want[k],
-             "%s: cache byte %lld is 0x%02x, DESIGN 11 gives 0x%02x (%s of job %lld; before 0x%02x)", what, (long long)k,
-             now[k], want[k], who[k] >= 0 ? "the entry" : "no entry written: unchanged", (long long)who[k],
-             before[k]);
+             "%s: cache byte %lld is 0x%02x, DESIGN 11 gives 0x%02x (%s of job %lld; before 0x%02x)", what,
+             (long long)k, now[k], want[k], who[k] >= 0 ? "the entry" : "no entry written: unchanged",
+             (long long)who[k], before[k]);
   }
   if (getenv("C128_FUZZ_VERBOSE") && atoi(getenv("C128_FUZZ_VERBOSE")) > 1) {
     int64_t written = 0;
@@ -385,8 +387,7 @@ static fz_bufs fz_bufs_clone(const fz_bufs *b, size_t plane_bytes, size_t out_by
   c.cache = (uint8_t *)fz_clone(b->cache, cache_bytes);
   return c;
 }
-static int fz_bufs_equal(const fz_bufs *a, const fz_bufs *b, size_t plane_bytes, size_t out_bytes,
-                         size_t cache_bytes) {
+static int fz_bufs_equal(const fz_bufs *a, const fz_bufs *b, size_t plane_bytes, size_t out_bytes, size_t cache_bytes) {
   return (!plane_bytes || memcmp(a->st.kv, b->st.kv, plane_bytes) == 0) &&
          (!a->st.split || !plane_bytes || memcmp(a->st.sc, b->st.sc, plane_bytes) == 0) &&
          (!out_bytes || memcmp(a->output, b->output, out_bytes) == 0) &&
@@ -540,9 +541,8 @@ static void fz_mode_prefill(fz_reader *r) {
   /* open bug 8: an output index on a sharded state runs the kernel of any layout, which ignores the
      shared layout; open bug 7: biased state writes read ape, checked only where windows are written */
   if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
-  const int corrupt_in = fz_guard(7) && x.lsel && ((x.fsel >> 1) & 1) && (corrupt == 3 || corrupt == 9 || corrupt == 24)
-                             ? 0
-                             : corrupt;
+  const int corrupt_in =
+      fz_guard(7) && x.lsel && ((x.fsel >> 1) & 1) && (corrupt == 3 || corrupt == 9 || corrupt == 24) ? 0 : corrupt;
   fz_build_ext(&x, D, fz_es(I->buf), P, span, N, O, -1);
   fz_ext_context(&x);
 
@@ -574,12 +574,26 @@ static void fz_mode_prefill(fz_reader *r) {
   fz_apply_ext(&x, &a.state_layout, &a.output_index, &a.entry);
   const c128_prefill_args clean = a;
   const int typed = (flags >> 5) & 1;
-#define FZ_PREFILL_M_ARGS(v)                                                                                      \
-  {1,          (v).head_dim,     (int32_t)(v).state_dtype,  (int32_t)(v).input_dtype, (int32_t)(v).output_dtype, \
-   (v).state_pages, (v).input_rows, (v).output_rows,        (v).num_compress,         (v).num_write,             \
-   (v).layout,      (v).windows_per_block, (v).compress_plans, (v).write_plans,       &(v).state_layout,         \
-   (v).output_index, &(v).entry}
-#define FZ_PREFILL_TENSORS(v) {(v).state, (v).input, (v).ape, (v).output}
+#define FZ_PREFILL_M_ARGS(v)  \
+  {1,                         \
+   (v).head_dim,              \
+   (int32_t)(v).state_dtype,  \
+   (int32_t)(v).input_dtype,  \
+   (int32_t)(v).output_dtype, \
+   (v).state_pages,           \
+   (v).input_rows,            \
+   (v).output_rows,           \
+   (v).num_compress,          \
+   (v).num_write,             \
+   (v).layout,                \
+   (v).windows_per_block,     \
+   (v).compress_plans,        \
+   (v).write_plans,           \
+   &(v).state_layout,         \
+   (v).output_index,          \
+   &(v).entry}
+#define FZ_PREFILL_TENSORS(v) \
+  { (v).state, (v).input, (v).ape, (v).output }
   fz_corrupt_prefill(&a, corrupt_in);
   { /* aliasing (19..24) and the new pointers' corruptions: kept where the launch must refuse them */
     const c128_prefill_args b = a;
@@ -632,9 +646,9 @@ static void fz_mode_prefill(fz_reader *r) {
     }
   }
   const int races = opt.o.check_races && accepted && m_has_work(&ma);
-  const c128_status want = !accepted                    ? want_args
+  const c128_status want = !accepted                             ? want_args
                            : races && (conflict_c || conflict_w) ? C128_ERROR_RACE_DETECTED
-                                                               : C128_SUCCESS;
+                                                                 : C128_SUCCESS;
   const int writes_ran = accepted && !(races && conflict_c); /* a compress that raced stops the call */
   fz_add_context(", want %s", c128_status_string(want));
 
@@ -664,8 +678,8 @@ static void fz_mode_prefill(fz_reader *r) {
           continue;
         }
         /* The compress launch runs before the write launch: windows read the state as it was. */
-        const float *ape_w = fz_window_rows(I, &K, &before.st, mc[w].state_row0, mc[w].buffer_len, input,
-                                            mc[w].input_row0, ape);
+        const float *ape_w =
+            fz_window_rows(I, &K, &before.st, mc[w].state_row0, mc[w].buffer_len, input, mc[w].input_row0, ape);
         char what[64];
         snprintf(what, sizeof what, "compress plan %lld", (long long)w);
         fz_check_output(I, run.output, row, ape_w, 1, style == 2, what);
@@ -725,8 +739,8 @@ static void fz_mode_prefill(fz_reader *r) {
                      (!Kc.entry || w.position == (int64_t)cp[k].seq_len - 128),
                  "compress plan %lld: library window (out %lld, rows %lld/%lld) differs from the model's (%lld, "
                  "%lld/%lld)",
-                 (long long)k, (long long)w.out_row, (long long)w.state_row0, (long long)w.input_row0,
-                 (long long)m.out, (long long)m.state_row0, (long long)m.input_row0);
+                 (long long)k, (long long)w.out_row, (long long)w.state_row0, (long long)w.input_row0, (long long)m.out,
+                 (long long)m.state_row0, (long long)m.input_row0);
     }
     for (int64_t k = 0; k < NW; ++k) {
       const m_write m = m_write_plan(&Kc, N, wp[k]);
@@ -876,9 +890,8 @@ static void fz_mode_decode(fz_reader *r) {
                  flags, style, group);
   /* open bugs 8 and 7, as in mode 1 */
   if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
-  const int corrupt_in = fz_guard(7) && x.lsel && ((x.fsel >> 1) & 1) && (corrupt == 3 || corrupt == 9 || corrupt == 24)
-                             ? 0
-                             : corrupt;
+  const int corrupt_in =
+      fz_guard(7) && x.lsel && ((x.fsel >> 1) & 1) && (corrupt == 3 || corrupt == 9 || corrupt == 24) ? 0 : corrupt;
   fz_build_ext(&x, D, fz_es(I->buf), P, span, B, O, -1);
   fz_ext_context(&x);
 
@@ -908,12 +921,14 @@ static void fz_mode_decode(fz_reader *r) {
   fz_apply_ext(&x, &a.state_layout, &a.output_index, &a.entry);
   const c128_decode_args clean = a;
   const int typed = (flags >> 5) & 1;
-#define FZ_DECODE_M_ARGS(v)                                                                                         \
-  {0,          (v).head_dim,        (int32_t)(v).state_dtype, (int32_t)(v).input_dtype, (int32_t)(v).output_dtype, \
-   (v).state_pages, (v).batch,      (v).output_rows,          (v).batch,                0,                         \
-   (v).layout,      (v).requests_per_block, (v).plans,        NULL,                     &(v).state_layout,         \
-   (v).output_index, &(v).entry}
-#define FZ_DECODE_TENSORS(v) {(v).state, (v).input, (v).ape, (v).output}
+#define FZ_DECODE_M_ARGS(v)                                                                                          \
+  {                                                                                                                  \
+    0, (v).head_dim, (int32_t)(v).state_dtype, (int32_t)(v).input_dtype, (int32_t)(v).output_dtype, (v).state_pages, \
+        (v).batch, (v).output_rows, (v).batch, 0, (v).layout, (v).requests_per_block, (v).plans, NULL,               \
+        &(v).state_layout, (v).output_index, &(v).entry                                                              \
+  }
+#define FZ_DECODE_TENSORS(v) \
+  { (v).state, (v).input, (v).ape, (v).output }
   const int compact_clean = !x.isel && !(x.esel && x.en.kind != C128_OUTPUT_POOLED);
   if (!(corrupt_in == 17 && !compact_clean && B - 1 > O)) fz_corrupt_decode(&a, corrupt_in); /* 17: no rows past O */
   {
@@ -991,7 +1006,7 @@ static void fz_mode_decode(fz_reader *r) {
       for (int64_t j = 0; j < b && outs[b] >= 0; ++j) conflict |= outs[j] == outs[b] && j / G != b / G;
     fz_winners(outs, B, G, opt.o.reverse_blocks, winner, T, &dup);
   }
-  const c128_status want = !accepted ? want_args
+  const c128_status want = !accepted                                ? want_args
                            : opt.o.check_races && B > 0 && conflict ? C128_ERROR_RACE_DETECTED
                                                                     : C128_SUCCESS;
 
@@ -1073,8 +1088,7 @@ static void fz_mode_decode(fz_reader *r) {
       FZ_CHECK(2, cls == m.reason, "decode plan %lld: library reason %d (%s), the model says %s", (long long)b,
                job.reason, fz_lib_reason_text(job.reason), m.reason == M_RUN ? "run" : "skip");
       if (cls != M_RUN) continue;
-      FZ_CHECK(2,
-               job.write_kv == m.wkv && (m.wkv < 0 || job.write_score == m.wsc) && job.boundary == m.boundary,
+      FZ_CHECK(2, job.write_kv == m.wkv && (m.wkv < 0 || job.write_score == m.wsc) && job.boundary == m.boundary,
                "decode plan %lld: library write rows %lld/%lld, the model's %lld/%lld", (long long)b,
                (long long)job.write_kv, (long long)job.write_score, (long long)m.wkv, (long long)m.wsc);
       if (job.boundary)

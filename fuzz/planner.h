@@ -287,8 +287,8 @@ static void fz_check_outside(int property, const char *base, const char *before,
     const size_t end = i < m ? lo[i] : n;
     if (end > at && memcmp(base + at, before + at, end - at) != 0)
       for (size_t k = at; k < end; ++k)
-        FZ_CHECK(property, base[k] == before[k], "%s wrote byte %zu of its arena, outside the arrays it may write",
-                 who, k);
+        FZ_CHECK(property, base[k] == before[k], "%s wrote byte %zu of its arena, outside the arrays it may write", who,
+                 k);
     if (i < m && hi[i] > at) at = hi[i];
   }
 }
@@ -392,7 +392,12 @@ static c128_status m_device_args(const c128_device_plan_args *b, int decode) {
                        lens ? b->pool_indices : NULL,
                        l->block_table,
                        l->block_table ? l->score_block_table : NULL};
-  const uint64_t inn[7] = {n * 12, fz_table_bytes(&b->ring), n * 4, (n + 1) * 4, n * 4, fz_block_table_bytes(&b->ring),
+  const uint64_t inn[7] = {n * 12,
+                           fz_table_bytes(&b->ring),
+                           n * 4,
+                           (n + 1) * 4,
+                           n * 4,
+                           fz_block_table_bytes(&b->ring),
                            fz_block_table_bytes(&b->ring)};
   for (int i = 0; i < 6; ++i) {
     for (int j = i + 1; j < 6; ++j)
@@ -442,11 +447,11 @@ static void fz_check_engine_arrays(const c128_ring *ring, const c128_request *q,
     memset(out, 0xCD, (size_t)n * sizeof *out + 1);
     const c128_status fst = c128_requests_from_lens(lcorrupt == 1 ? NULL : seq, qsp, with_pool ? pool : NULL, nn,
                                                     lcorrupt == 2 ? NULL : out);
-    const c128_status fwant = nn < 0                          ? C128_ERROR_NEGATIVE_SIZE
-                              : nn == 0                       ? C128_SUCCESS
+    const c128_status fwant = nn < 0                           ? C128_ERROR_NEGATIVE_SIZE
+                              : nn == 0                        ? C128_SUCCESS
                               : lcorrupt == 1 || lcorrupt == 2 ? C128_ERROR_NULL_POINTER
-                              : qsp && decreasing             ? C128_ERROR_NEGATIVE_SIZE
-                                                              : C128_SUCCESS;
+                              : qsp && decreasing              ? C128_ERROR_NEGATIVE_SIZE
+                                                               : C128_SUCCESS;
     FZ_CHECK(3, fst == fwant, "c128_requests_from_lens: %s, expected %s", c128_status_string(fst),
              c128_status_string(fwant));
     if (fst != C128_SUCCESS || nn == 0) {
@@ -645,7 +650,9 @@ static void fz_mode_planner(fz_reader *r) {
     if (bentries >= 0) {
       btable = (int32_t *)fz_alloc((size_t)bentries * 4 + 1);
       fz_fill_table(btable, bentries, blocks, style, &tg);
-      if (stab) stable = (int32_t *)fz_alloc((size_t)bentries * 4 + 1), fz_fill_table(stable, bentries, blocks, style >> 3, &tg);
+      if (stab)
+        stable = (int32_t *)fz_alloc((size_t)bentries * 4 + 1),
+        fz_fill_table(stable, bentries, blocks, style >> 3, &tg);
     } else { /* sizes no buffer holds: only where the planners refuse them */
       btable = (int32_t *)fz_alloc(16), memset(btable, 0xFF, 16);
       if (stab) stable = (int32_t *)fz_alloc(16), memset(stable, 0xFF, 16);
@@ -666,9 +673,12 @@ static void fz_mode_planner(fz_reader *r) {
     }
     l->block_table = btable, l->score_block_table = stable;
     if (stab || (tsel & 0x10)) l->score_plane = (void *)&ring; /* never read by a planner */
-    if (stab && (tsel & 0x20)) l->score_plane = NULL;           /* refused */
+    if (stab && (tsel & 0x20)) l->score_plane = NULL;          /* refused */
     const int rmode = (tsel >> 1) & 3;
-    ring.ring_tokens = rmode == 0 ? 0 : rmode == 1 && rs >= 0 && rs <= 30 ? 1 << rs : rmode == 2 ? ring.ring_tokens : 256;
+    ring.ring_tokens = rmode == 0                          ? 0
+                       : rmode == 1 && rs >= 0 && rs <= 30 ? 1 << rs
+                       : rmode == 2                        ? ring.ring_tokens
+                                                           : 256;
     if (!(tsel & 0x40)) ring.page_table = NULL; /* 0x40: a page table beside the block table (refused) */
     ring.has_null_block = nsel & 1, ring.null_block = (int32_t)((nsel >> 1) % 4) - 1;
     if (bentries < 0 && m_ring_status(&ring) == C128_SUCCESS) l->table_rows = -1; /* refused */

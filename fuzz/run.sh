@@ -47,7 +47,8 @@ build() {
     [[ $f == -f* ]] && ld+=("$f")
   done
   mkdir -p "$out"
-  "$NVCC" -ccbin "$CLANGXX" -std=c++17 -gencode "arch=compute_$ARCH,code=sm_$ARCH" -g -O1 "${keep[@]}" "${xc[@]}" \
+  # The kernels never run here (the CPU path is what is fuzzed): PTX only, no ptxas pass.
+  "$NVCC" -ccbin "$CLANGXX" -std=c++17 -gencode "arch=compute_$ARCH,code=compute_$ARCH" -g -O1 "${keep[@]}" "${xc[@]}" \
     -c "$here/fuzz_c128.cu" -o "$out/$name.o"
   "$CLANG" -std=c11 -g -O1 "${san[@]}" "${cc[@]}" -c "$root/ref/reference.c" -o "$out/$name-reference.o"
   "$CLANGXX" -fsanitize=fuzzer,address,undefined "${ld[@]}" "$out/$name.o" "$out/$name-reference.o" \

@@ -1249,15 +1249,16 @@ Test(cpu, planner_block_table_statuses) {
   expect_prefill_ok(&ring, (c128_request[]){{1, 128, 88}}, 1, 0, 128);
   /* ...and from prefix 50 it reads 48, 49 */
   expect_prefill_refused(&ring, (c128_request[]){{1, 128, 78}}, 1, 0, 128, C128_ERROR_BLOCK_MISSING, 1);
-  table[17 + 3] = -2;
+  table[17 + 3] = -2; // cppcheck-suppress redundantAssignment ; the planner reads it through ring.state_layout
   expect_decode_refused(&ring, (c128_request[]){{0, 5, 1}, {1, 128, 1}}, 2, C128_ERROR_BLOCK_MISSING); /* boundary */
   expect_decode_refused(&ring, (c128_request[]){{1, 50, 1}}, 1, C128_ERROR_BLOCK_MISSING);             /* its row */
   c128_decode_plan d[1];
   cr_assert_eq(c128_plan_decode(&ring, (c128_request[]){{1, 100, 1}}, 1, d), C128_SUCCESS); /* rows 96.. only */
   cr_assert_eq(c128_plan_decode(&ring, (c128_request[]){{1, 180, 1}}, 1, d), C128_SUCCESS); /* read_page_0: 51 */
-  table[17 + 3] = 40; /* past the state's 40 blocks */
+  /* past the state's 40 blocks */
+  table[17 + 3] = 40; // cppcheck-suppress redundantAssignment ; the planner reads it through ring.state_layout
   expect_decode_refused(&ring, (c128_request[]){{1, 50, 1}}, 1, C128_ERROR_PAGE_OUT_OF_RANGE);
-  table[17 + 3] = 3;
+  table[17 + 3] = 3; // cppcheck-suppress redundantAssignment ; the planner reads it through ring.state_layout
   /* a stride shorter than R / B: positions whose column is past it */
   ring.state_layout.table_stride = 8;
   expect_prefill_ok(&ring, (c128_request[]){{0, 128, 128}}, 1, 0, 128);
