@@ -3484,8 +3484,17 @@ C128__FN uint64_t c128__page_table_bytes(const c128_ring *r) {
   const uint64_t entries = (uint64_t)r->num_pool * (uint64_t)r->page_table_stride;
   return entries > UINT64_MAX / sizeof(int32_t) ? UINT64_MAX : entries * sizeof(int32_t);
 }
+/* Bytes of a state layout's block table (the score plane's, when it has one, is as long). */
+static uint64_t c128__block_table_bytes(const c128_state_layout *l) {
+  return l->block_table ? (uint64_t)l->table_rows * (uint64_t)l->table_stride * 4 : 0;
+}
+/* Plans written over a table the planner reads: the page table or a block table. */
 static int c128__ring_overlaps(const c128_ring *r, const void *plans, int64_t n, size_t size) {
-  return n > 0 && c128__overlap(r->page_table, c128__page_table_bytes(r), plans, (uint64_t)n * size);
+  const c128_state_layout *l = &r->state_layout;
+  const uint64_t bytes = (uint64_t)n * size, table = c128__block_table_bytes(l);
+  return n > 0 && (c128__overlap(r->page_table, c128__page_table_bytes(r), plans, bytes) ||
+                   c128__overlap(l->block_table, table, plans, bytes) ||
+                   c128__overlap(l->block_table ? l->score_block_table : NULL, table, plans, bytes));
 }
 
 /* Host planner: validate the batch into scratch first, so that a bad batch leaves the arrays
@@ -3869,7 +3878,7 @@ static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, 
                                {a->counts, 2 * sizeof(int64_t)},
                                {a->status, sizeof(int32_t)}};
   const c128_state_layout *l = &a->ring.state_layout;
-  const uint64_t table = l->block_table ? (uint64_t)l->table_rows * (uint64_t)l->table_stride * 4 : 0;
+  const uint64_t table = c128__block_table_bytes(l);
   const c128__extent in[7] = {{lens ? NULL : a->requests, n * sizeof(c128_request)},
                               {a->ring.page_table, c128__page_table_bytes(&a->ring)},
                               {lens ? a->seq_lens : NULL, n * sizeof(int32_t)},

@@ -28,7 +28,7 @@
    Set 0 of every variant is compared with today's first, bit for bit (the check column).
 
    Usage: c128_bench [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]]
-                     [--profile CASE:SIZE:STATE] [--cpu-check]
+                     [--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check]
    --filter runs the cases whose name holds any of the substrings (layout_|entry_: only the
    variants); the ceilings and empty launches always run.
    The commit is also read from $BENCH_COMMIT (the device copy of the tree may lack .git).
@@ -1592,29 +1592,47 @@ static void bench_variant_case(bench_kind kind, int bf16, int64_t size) {
   bench_case_free(&c);
 }
 
-/* --profile CASE:SIZE:STATE: a few launches of one case and both epilogues, for ncu. */
+/* --profile CASE:SIZE:STATE[:VARIANT]: a few launches of one case, for ncu: both epilogues; or,
+   with a variant (a layout of bench_layouts, fused_fp8 or fused_bf16), today's launch three
+   times and then the variant's three times. */
 static int bench_profile(void) {
-  char kind_name[64] = "";
+  char kind_name[64] = "", variant[32] = "";
   long long size = 0;
   char state[8] = "f32";
-  if (sscanf(bench_opt.profile, "%63[^:]:%lld:%7s", kind_name, &size, state) < 2) {
-    fprintf(stderr, "--profile wants CASE:SIZE[:STATE], e.g. decode_boundary:128:f32\n");
+  if (sscanf(bench_opt.profile, "%63[^:]:%lld:%7[^:]:%31s", kind_name, &size, state, variant) < 2) {
+    fprintf(stderr, "--profile wants CASE:SIZE[:STATE[:VARIANT]], e.g. decode_boundary:128:f32:vllm_b8\n");
     return 2;
   }
   int kind = -1;
   for (int k = 0; k < BENCH_KINDS; ++k)
     if (!strcmp(kind_name, bench_kind_names[k])) kind = k;
-  if (kind < 0) {
-    fprintf(stderr, "unknown case %s\n", kind_name);
+  const bench_layout *layout = NULL;
+  for (int l = 0; l < BENCH_COUNT(bench_layouts); ++l)
+    if (!strcmp(variant, bench_layouts[l].name)) layout = &bench_layouts[l];
+  const int fused = !strcmp(variant, "fused_fp8") || !strcmp(variant, "fused_bf16");
+  if (kind < 0 || (variant[0] && !layout && !fused)) {
+    fprintf(stderr, "unknown case %s or variant %s\n", kind_name, variant);
     return 2;
   }
   bench_case c;
   bench_case_build(&c, (bench_kind)kind, !strcmp(state, "bf16"), size, 1);
-  for (int lib = 0; lib < 2; ++lib)
-    for (int64_t i = 0; i < 3; ++i) bench_run_unit(&c, lib, i % c.nsets, bench_stream);
+  if (!variant[0]) {
+    for (int lib = 0; lib < 2; ++lib)
+      for (int64_t i = 0; i < 3; ++i) bench_run_unit(&c, lib, i % c.nsets, bench_stream);
+  } else {
+    bench_alt today, alt;
+    bench_alt_today(&c, &today);
+    if (layout) bench_build_layout(&c, layout, &alt, 1);
+    else
+      bench_build_entry(&c, !strcmp(variant, "fused_fp8") ? C128_OUTPUT_DSV4_FP8 : C128_OUTPUT_DSV4_BF16, 0, &alt, 1);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    for (int64_t i = 0; i < 6; ++i) bench_run_alt(&c, i < 3 ? &today : &alt, i % c.nsets, bench_stream);
+    BENCH_CUDA(cudaStreamSynchronize(bench_stream));
+    bench_alt_free(&alt);
+  }
   BENCH_CUDA(cudaStreamSynchronize(bench_stream));
-  printf("profiled %s %s %lld: 3 units per epilogue (two_warp first), %.0f bytes per unit\n", kind_name, state, size,
-         c.bytes);
+  printf("profiled %s %s %lld %s: 3 units each, %.0f bytes per unit\n", kind_name, state, size,
+         variant[0] ? variant : "(both epilogues)", c.bytes);
   bench_case_free(&c);
   return 0;
 }
@@ -1805,7 +1823,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: %s [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]] "
-              "[--profile CASE:SIZE:STATE] [--cpu-check]\n",
+              "[--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check]\n",
               argv[0]);
       return 2;
     }

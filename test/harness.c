@@ -159,9 +159,6 @@ static void *to_device(const void *host, size_t bytes) {
   return d;
 }
 
-static size_t state_bytes(const c128_instance_info *f, int64_t pages) {
-  return (size_t)pages * (size_t)f->page_elems * dtype_size(f->state_dtype);
-}
 static size_t row_bytes(const c128_instance_info *f, c128_dtype dtype) {
   return (size_t)f->row_elems * dtype_size(dtype);
 }
@@ -184,29 +181,56 @@ typedef struct mirror {
   cudaStream_t stream;
   void *state, *output, *input, *ape, *plans[2];
   size_t state_bytes, output_bytes;
+  c128_state_layout layout; /* the state layout with its score plane and block tables on the device */
+  const int64_t *index;     /* output_index on the device */
 } mirror;
 
+/* Bytes of one plane of the state in layout l (the whole state when it is one plane). */
+static size_t plane_bytes(const c128_instance_info *f, const c128_state_layout *l, int64_t pages) {
+  const size_t rows = (size_t)pages * (size_t)(l->block_rows > 0 ? l->block_rows : REF_WINDOW);
+  return rows * (size_t)(l->score_plane ? f->head_dim : f->row_elems) * dtype_size(f->state_dtype);
+}
+
 static mirror mirror_up(const c128_instance_info *f, const void *state, int64_t pages, const void *input,
-                        int64_t input_rows, const float *ape, const void *output, int64_t output_rows) {
+                        int64_t input_rows, const float *ape, const void *output, int64_t output_rows,
+                        const c128_state_layout *l, const int64_t *index, int64_t index_rows) {
   mirror m;
   memset(&m, 0, sizeof m);
   CUDA_OK(cudaStreamCreate(&m.stream));
-  m.state_bytes = state_bytes(f, pages), m.output_bytes = out_bytes(f, output_rows);
+  m.state_bytes = plane_bytes(f, l, pages); /* today's layout: pages of 128 rows of kv | score */
+  m.output_bytes = out_bytes(f, output_rows);
   m.state = to_device(state, m.state_bytes);
   m.output = to_device(output, m.output_bytes);
   m.input = to_device(input, (size_t)input_rows * row_bytes(f, f->input_dtype));
   m.ape = to_device(ape, REF_APE_ROWS * (size_t)f->head_dim * sizeof(float));
+  /* The layout's tensors travel too; a table of no entries keeps its pointer (never read). */
+  m.layout = *l;
+  m.layout.score_plane = to_device(l->score_plane, m.state_bytes);
+  const size_t table =
+      l->table_rows > 0 && l->table_stride > 0 ? (size_t)l->table_rows * (size_t)l->table_stride * sizeof(int32_t) : 0;
+  if (table && l->block_table) m.layout.block_table = to_device(l->block_table, table);
+  if (table && l->score_block_table)
+    m.layout.score_block_table =
+        l->score_block_table == l->block_table ? m.layout.block_table : to_device(l->score_block_table, table);
+  m.index = index_rows > 0 ? to_device(index, (size_t)index_rows * sizeof(int64_t)) : index;
   return m;
 }
 
-/* Waits for the call, copies state and output back to the host, frees everything. */
-static c128_status mirror_down(mirror *m, c128_status st, void *state, void *output) {
+/* Waits for the call, copies state (both planes) and output back to the host, frees everything. */
+static c128_status mirror_down(mirror *m, c128_status st, void *state, void *output, const c128_state_layout *l,
+                               const int64_t *index) {
   CUDA_OK(cudaStreamSynchronize(m->stream));
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaMemcpy(state, m->state, m->state_bytes, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(output, m->output, m->output_bytes, cudaMemcpyDeviceToHost));
-  void *all[] = {m->state, m->output, m->input, m->ape, m->plans[0], m->plans[1]};
+  if (l->score_plane)
+    CUDA_OK(cudaMemcpy(l->score_plane, m->layout.score_plane, m->state_bytes, cudaMemcpyDeviceToHost));
+  void *all[] = {m->state, m->output, m->input, m->ape, m->plans[0], m->plans[1], m->layout.score_plane};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) cudaFree(all[i]);
+  if (m->layout.block_table != l->block_table) cudaFree((void *)m->layout.block_table);
+  if (m->layout.score_block_table != l->score_block_table && m->layout.score_block_table != m->layout.block_table)
+    cudaFree((void *)m->layout.score_block_table);
+  if (m->index != index) cudaFree((void *)m->index);
   CUDA_OK(cudaStreamDestroy(m->stream));
   return st;
 }
@@ -236,15 +260,16 @@ c128_status run_decode(const instance_entry *e, backend be, const c128_decode_ar
     cr_expect_neq(st, C128_ERROR_RACE_DETECTED, "%s", msg);
     return st;
   }
-  mirror m = mirror_up(e, h->state, h->state_pages, h->input, h->batch, h->ape, h->output, h->output_rows);
+  mirror m = mirror_up(e, h->state, h->state_pages, h->input, h->batch, h->ape, h->output, h->output_rows,
+                       &h->state_layout, h->output_index, h->output_index ? h->batch : 0);
   m.plans[0] = to_device(h->plans, (size_t)h->batch * sizeof(c128_decode_plan));
   c128_decode_args d = *h;
   d.state = m.state, d.output = m.output, d.input = m.input, d.ape = m.ape, d.plans = m.plans[0];
-  d.output_index = to_device(h->output_index, (size_t)h->batch * sizeof(int64_t)); /* NULL stays NULL */
+  d.state_layout = m.layout, d.output_index = m.index;
   d.entry = entry_up(e, &h->entry);
-  const c128_status st = mirror_down(&m, e->decode(&d, m.stream), h->state, h->output);
+  const c128_status st =
+      mirror_down(&m, e->decode(&d, m.stream), h->state, h->output, &h->state_layout, h->output_index);
   entry_down(&d.entry, &h->entry);
-  cudaFree((void *)d.output_index);
   return st;
 }
 
@@ -257,17 +282,18 @@ c128_status run_prefill(const instance_entry *e, backend be, const c128_prefill_
     cr_expect_neq(st, C128_ERROR_RACE_DETECTED, "%s", msg);
     return st;
   }
-  mirror m = mirror_up(e, h->state, h->state_pages, h->input, h->input_rows, h->ape, h->output, h->output_rows);
+  mirror m = mirror_up(e, h->state, h->state_pages, h->input, h->input_rows, h->ape, h->output, h->output_rows,
+                       &h->state_layout, h->output_index, h->output_index ? h->input_rows : 0);
   m.plans[0] = to_device(h->compress_plans, (size_t)h->num_compress * sizeof(c128_compress_plan));
   m.plans[1] = to_device(h->write_plans, (size_t)h->num_write * sizeof(c128_write_plan));
   c128_prefill_args d = *h;
   d.state = m.state, d.output = m.output, d.input = m.input, d.ape = m.ape;
   d.compress_plans = m.plans[0], d.write_plans = m.plans[1];
-  d.output_index = to_device(h->output_index, (size_t)h->input_rows * sizeof(int64_t));
+  d.state_layout = m.layout, d.output_index = m.index;
   d.entry = entry_up(e, &h->entry);
-  const c128_status st = mirror_down(&m, e->prefill(&d, m.stream), h->state, h->output);
+  const c128_status st =
+      mirror_down(&m, e->prefill(&d, m.stream), h->state, h->output, &h->state_layout, h->output_index);
   entry_down(&d.entry, &h->entry);
-  cudaFree((void *)d.output_index);
   return st;
 }
 

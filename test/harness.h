@@ -69,9 +69,10 @@ void require_backend(backend be);
 
 /* Run on the backend over host buffers. The CPU backend checks for races (blocks reversed when
    `reverse`); the GPU backend copies in, runs on a stream, copies state and output back. The
-   output index (batch or input_rows entries) travels with them; so do cache entries' gamma,
-   RoPE table (rope_positions rows) and cache (cache_pages x page_bytes), and the cache comes
-   back. */
+   state layout's score plane and block tables and the output index travel with them (sized by
+   state_pages, block_rows, table_rows x table_stride, batch or input_rows), and the score plane
+   comes back too; so do cache entries' gamma, RoPE table (rope_positions rows) and cache
+   (cache_pages x page_bytes), and the cache comes back. */
 c128_status run_decode(const instance_entry *e, backend be, const c128_decode_args *host_args, int reverse);
 c128_status run_prefill(const instance_entry *e, backend be, const c128_prefill_args *host_args, int reverse);
 
