@@ -1648,7 +1648,9 @@ C128__FN int c128__job_window(const c128__params *p, c128__trait t, int kind, co
   if (kind == C128_PLAN_COMPRESS)
     return c128__compress_prepare(p, t, j->first + k, j->split, guess, w, position) == C128__RUN;
   c128__decode_job job;
-  job.position = 0; /* set by c128__decode_prepare only on the paths that reach it */
+#ifndef __CUDA_ARCH__
+  job.position = 0; /* gcc -O2 cannot see that only a window with a position reaches it (nvcc can) */
+#endif
   const int status = c128__decode_prepare(p, t, j->first + k, j->split, guess, &job);
   if (status == C128__RUN && job.write) *write_row = job.write_row;
   *w = job.win;
