@@ -68,10 +68,12 @@
      into plans for the legacy layout, a request ring (R = 128, 256, ...) or a page table, with
      or without speculative decoding (DESIGN 5). A verify batch may carry at most R - 126 drafts
      per request on a speculative ring (130 for R = 256) and 1 otherwise. Every page a request's
-     plans name must be allocated, read_page_0 included (consumers use it). A request
-     {any, 0, 0} is absent (pads a fixed-size batch). c128_plan_*_device compute the same bytes
-     and the same status on the GPU for CUDA graphs. c128_check_*_plans reports the first bad
-     plan of a batch built elsewhere.
+     plans name must be allocated, read_page_0 included (consumers use it); with a block table
+     (c128_state_layout), every block of the rows the plans read or write, and read_page_0 is
+     the logical page only: its blocks may be freed (a sliding window), as no kernel reads
+     them. A request {any, 0, 0} is absent (pads a fixed-size batch). c128_plan_*_device
+     compute the same bytes and the same status on the GPU for CUDA graphs. c128_check_*_plans
+     reports the first bad plan of a batch built elsewhere.
 
    STATE LAYOUTS (DESIGN 5.9)
      args.state_layout zero is SGLang's: pages of 128 rows of kv | raw score, plans naming them.
