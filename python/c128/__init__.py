@@ -617,6 +617,47 @@ def _run_detail(message: Any) -> Optional[str]:
     return text or None
 
 
+
+# ---- torch.compile: the operators of c128.torch stand in for the ctypes calls while Dynamo traces ----------
+def _compiling() -> bool:
+    """True while torch.compile traces (ctypes calls cannot be traced: the calls route to torch.ops.c128)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and compiler.is_compiling()
+
+
+def _ops() -> Any:
+    """torch.ops.c128, once c128.torch has registered it."""
+    if "c128.torch" not in sys.modules:
+        raise RuntimeError("c128: import c128.torch before torch.compile traces a c128 call (it registers the "
+                           "torch.ops.c128 operators that stand in for the ctypes calls)")
+    return sys.modules["torch"].ops.c128
+
+
+def _op_kwargs(layout: Any, state_layout: Any, output_index: Any, entry: Any, stream: Any,
+               host_options: Any) -> dict:
+    """The keyword arguments of torch.ops.c128.decode / prefill for a call's options."""
+    if stream is not None or host_options is not None:
+        raise ValueError("stream, host_options: a compiled call runs on PyTorch's current stream, with no host "
+                         "options")
+    kw: dict = {}
+    if layout is not None:
+        rank, size, pages = layout if isinstance(layout, (tuple, list)) else (layout.rank, layout.size,
+                                                                               layout.pages_per_rank)
+        kw.update(rank=rank, size=size, pages_per_rank=pages)
+    if state_layout is not None:
+        kw.update(block_rows=state_layout.block_rows, block_table=state_layout.block_table,
+                  row_shift=state_layout.row_shift, score_plane=state_layout.score_plane,
+                  score_block_table=state_layout.score_block_table, score_biased=bool(state_layout.score_biased))
+    if output_index is not None:
+        kw["output_index"] = output_index
+    if entry is not None:
+        kw.update(entry_kind=entry.kind, norm_weight=entry.norm_weight, rope_table=entry.rope_table, cache=entry.cache,
+                  entries_per_page=entry.entries_per_page, eps=float(entry.eps), page_bytes=entry.page_bytes or 0)
+    return kw
+
 # ---- decode ------------------------------------------------------------------------------------------
 _tls = threading.local()
 
@@ -659,6 +700,8 @@ def _torch_cuda_key_extra(tensors: tuple, options: tuple, state_layout: Any, out
     more: tuple = (output_index,)
     if state_layout is not None:
         if type(state_layout) is not StateLayout:
+            return None
+        if type(state_layout.score_biased) not in (bool, int):  # checked (and refused) the long way
             return None
         more += (state_layout.block_table, state_layout.score_plane, state_layout.score_block_table)
         sl_fields = (state_layout.block_rows, state_layout.row_shift, bool(state_layout.score_biased))
@@ -776,6 +819,10 @@ def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream:
         TypeError, ValueError: an argument the binding refuses (named in the message).
         Error: the library's status.
     """
+    if _compiling():
+        _ops().decode(state, input, ape, output, plans, requests_per_block=requests_per_block, pdl=pdl,
+                      **_op_kwargs(layout, state_layout, output_index, entry, stream, host_options))
+        return
     extended = state_layout is not None or output_index is not None or entry is not None
     if not extended:
         key = _torch_cuda_key((state, input, ape, output, plans), (layout, requests_per_block, pdl))
@@ -850,6 +897,12 @@ class _Bound:
 
     def __call__(self, stream: Any = None, *, host_options: Optional[HostOptions] = None) -> None:
         """Launch (stream as in :func:`decode`, resolved at each call) or run on the host."""
+        if _compiling():  # the operator of the same launch (its tensors as bound)
+            t = self._tensors
+            fn = decode if self._function == "decode" else prefill
+            fn(*(t[n] for n in self._names), stream=stream, host_options=host_options, state_layout=t["state_layout"],
+               output_index=t["output_index"], entry=t["entry"], **self._options)
+            return
         if self._on_host:
             _host_stream(stream)
             options, message = _host_options(host_options)
@@ -965,6 +1018,10 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
             ragged_id) goes to output row (or cache entry) output_index[r], as SGLang indexes
             out_loc; outside the output (or cache): skipped. Default: row k for plan k.
     """
+    if _compiling():
+        _ops().prefill(state, input, ape, output, compress_plans, write_plans, windows_per_block=windows_per_block,
+                       pdl=pdl, **_op_kwargs(layout, state_layout, output_index, entry, stream, host_options))
+        return
     extended = state_layout is not None or output_index is not None or entry is not None
     if not extended:
         key = _torch_cuda_key((state, input, ape, output, compress_plans, write_plans),
@@ -1484,6 +1541,21 @@ def _device_plan_common(ring: Ring, requests: Any, status: Any, workspace: Any, 
     return a, on_host, handle, (keep_req, tables, req, st, ws), req.device
 
 
+def _ring_kwargs(ring: Ring, stream: Any) -> dict:
+    """The ring's fields as keyword arguments of torch.ops.c128.plan_*_device."""
+    if stream is not None:
+        raise ValueError("stream: a compiled call runs on PyTorch's current stream")
+    kw = dict(state_pages=ring.state_pages, ring_tokens=ring.ring_tokens, speculative=bool(ring.speculative),
+              page_table=ring.page_table, write_all=bool(ring.write_all), null_block=ring.null_block,
+              rope_positions=ring.rope_positions)
+    sl = ring.state_layout
+    if sl is not None:
+        kw.update(block_rows=sl.block_rows, block_table=sl.block_table, row_shift=sl.row_shift,
+                  score_plane=sl.score_plane, score_block_table=sl.score_block_table,
+                  score_biased=bool(sl.score_biased))
+    return kw
+
+
 def plan_decode_device(ring: Ring, requests: Any, plans: Any, status: Any, workspace: Any, *, stream: Any = None,
                        pdl: bool = False, seq_lens: Any = None, pool_indices: Any = None) -> None:
     """The decode planner on the device (c128_plan_decode_device), for CUDA graphs: reads the
@@ -1498,6 +1570,10 @@ def plan_decode_device(ring: Ring, requests: Any, plans: Any, status: Any, works
     A bad batch is not an exception: its status goes to ``status`` and every plan becomes a
     padding row. Arguments the planner refuses raise :class:`Error` (and are written to status).
     """
+    if _compiling():
+        _ops().plan_decode_device(requests, plans, status, workspace, seq_lens=seq_lens, pool_indices=pool_indices,
+                                  pdl=pdl, **_ring_kwargs(ring, stream))
+        return
     a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream, seq_lens, None,
                                                            pool_indices)
     first = requests if requests is not None else seq_lens
@@ -1525,6 +1601,12 @@ def plan_prefill_device(ring: Ring, requests: Any, compress: Any, write: Any, co
     int32 [n] (lengths after the batch), ``query_start`` int32 [n + 1] (cumulative new rows:
     vLLM's query_start_loc, TensorRT-LLM's cu_seq_lens) and optionally ``pool_indices`` int32
     [n]; request i = (pool_indices[i] or i, seq_lens[i], query_start[i + 1] - query_start[i])."""
+    if _compiling():
+        _ops().plan_prefill_device(requests, compress, write, counts, status, workspace, verify=verify,
+                                   capacity=-1 if capacity is None else capacity, seq_lens=seq_lens,
+                                   query_start=query_start, pool_indices=pool_indices, pdl=pdl,
+                                   **_ring_kwargs(ring, stream))
+        return
     a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream, seq_lens,
                                                            query_start, pool_indices, prefill=True)
     first = requests if requests is not None else seq_lens

@@ -45,7 +45,7 @@ from __future__ import annotations
 import sys
 from typing import Any, NamedTuple, Optional, Tuple
 
-from . import _INT32, Entry, _int, decode, prefill
+from . import _INT32, Entry, _compiling, _int, _ops, decode, prefill
 from ._tensor import describe, view
 
 __all__ = ["compress_forward", "compress_forward_norm_rope_store", "compress_norm_rope_store", "DecodePlan",
@@ -138,6 +138,12 @@ def compress_forward(kv_score_buffer: Any, kv_score_input: Any, ape: Any, plan: 
     head_dim, is_decode = _check_call(kv_score_buffer, plan, head_dim, compress_ratio, is_online)
     if out is None:
         out = _new_out(kv_score_input, _rows(plan[1]), head_dim)
+    if _compiling():
+        rank, size, pages = shared_state_layout
+        _ops().sglang_compress_forward(kv_score_buffer, kv_score_input, ape, plan[1], None if is_decode else plan[2],
+                                       out, is_decode=is_decode, head_dim=head_dim, compress_ratio=compress_ratio,
+                                       rank=rank, size=size, pages_per_rank=pages)
+        return out
     try:
         if is_decode:
             decode(kv_score_buffer, kv_score_input, ape, out, plan[1], stream=stream, layout=shared_state_layout)
@@ -226,6 +232,12 @@ def compress_forward_norm_rope_store(kv_score_buffer: Any, kv_score_input: Any, 
     """
     head_dim, is_decode = _check_call(kv_score_buffer, plan, head_dim, compress_ratio, is_online)
     entry = _entry(head_dim, norm_weight, norm_eps, freq_cis, kvcache, page_size, use_fp4, bf16_store)
+    if _compiling():
+        _ops().sglang_compress_forward_norm_rope_store(
+            kv_score_buffer, kv_score_input, ape, plan[1], None if is_decode else plan[2], is_decode=is_decode,
+            head_dim=head_dim, compress_ratio=compress_ratio, norm_weight=norm_weight, norm_eps=norm_eps,
+            freq_cis=freq_cis, out_loc=out_loc, kvcache=kvcache, page_size=page_size)
+        return
     try:
         if is_decode:
             decode(kv_score_buffer, kv_score_input, ape, None, plan[1], stream=stream, output_index=out_loc,
@@ -235,6 +247,25 @@ def compress_forward_norm_rope_store(kv_score_buffer: Any, kv_score_input: Any, 
                     output_index=out_loc, entry=entry)
     except (TypeError, ValueError) as e:
         raise type(e)(_sglang_names(str(e))) from None
+
+
+def _op_compress_forward(kv_score_buffer: Any, kv_score_input: Any, ape: Any, plan_1: Any, plan_2: Any, out: Any, *,
+                         is_decode: bool, head_dim: int, compress_ratio: int = 128, rank: int = 0, size: int = 1,
+                         pages_per_rank: int = 0) -> None:
+    """torch.ops.c128.sglang_compress_forward: compress_forward with the plan's tensors unpacked."""
+    plan = DecodePlan(compress_ratio, plan_1) if is_decode else PrefillPlan(compress_ratio, plan_1, plan_2)
+    compress_forward(kv_score_buffer, kv_score_input, ape, plan, head_dim, compress_ratio, out,
+                     (rank, size, pages_per_rank))
+
+
+def _op_compress_forward_norm_rope_store(kv_score_buffer: Any, kv_score_input: Any, ape: Any, plan_1: Any,
+                                         plan_2: Any, *, is_decode: bool, head_dim: int, compress_ratio: int = 128,
+                                         norm_weight: Any, norm_eps: float, freq_cis: Any, out_loc: Any,
+                                         kvcache: Any, page_size: int) -> None:
+    plan = DecodePlan(compress_ratio, plan_1) if is_decode else PrefillPlan(compress_ratio, plan_1, plan_2)
+    compress_forward_norm_rope_store(kv_score_buffer, kv_score_input, ape, plan, head_dim=head_dim,
+                                     compress_ratio=compress_ratio, norm_weight=norm_weight, norm_eps=norm_eps,
+                                     freq_cis=freq_cis, out_loc=out_loc, kvcache=kvcache, page_size=page_size)
 
 
 # What compress_norm_rope_store's one-hot windows read, by (framework, device, dtype, head_dim): a state
