@@ -619,13 +619,21 @@ def _run_detail(message: Any) -> Optional[str]:
 
 
 # ---- torch.compile: the operators of c128.torch stand in for the ctypes calls while Dynamo traces ----------
+_is_compiling: list = []  # [torch.compiler.is_compiling], once PyTorch is imported
+
+
 def _compiling() -> bool:
     """True while torch.compile traces (ctypes calls cannot be traced: the calls route to torch.ops.c128)."""
+    if _is_compiling:
+        return _is_compiling[0]()
     torch = sys.modules.get("torch")
     if torch is None:
         return False
     compiler = getattr(torch, "compiler", None)
-    return compiler is not None and compiler.is_compiling()
+    if compiler is None or not hasattr(compiler, "is_compiling"):
+        return False
+    _is_compiling.append(compiler.is_compiling)
+    return _is_compiling[0]()
 
 
 def _ops() -> Any:
@@ -730,6 +738,125 @@ def _torch_cuda_key_extra(tensors: tuple, options: tuple, state_layout: Any, out
     return full
 
 
+# Calls on the same PyTorch tensor objects as a checked call (the hot path of an engine that keeps its
+# buffers): found by the objects' ids, confirmed by a weak reference to each (the same object, alive),
+# its data pointer and shape (a tensor given new storage, resized or transposed in place is checked
+# again). The struct was filled by the full checks; options are part of the key.
+_hits: dict = {}
+
+
+class _Hit:
+    __slots__ = ("refs", "facts", "ref", "device", "raw")
+
+    def __init__(self, tensors: tuple, args: Any, device: Tuple[str, int]) -> None:
+        import weakref
+
+        self.refs = tuple(weakref.ref(t) for t in tensors)
+        self.facts = tuple((t.data_ptr(), t.size()) for t in tensors)
+        if not _tensor_methods:
+            _tensor_methods.extend([type(tensors[0]).data_ptr, type(tensors[0]).size])
+        self.ref = byref(args)  # keeps args alive
+        self.device = device[1] if device[0] != CPU else -1
+        torch = sys.modules["torch"]
+        self.raw = _raw_stream(torch) if self.device >= 0 else None
+
+    def same(self, tensors: tuple) -> bool:
+        refs, (dp, size) = self.refs, _tensor_methods
+        k = 0
+        for t in tensors:
+            ptr, shape = self.facts[k]
+            if refs[k]() is not t or dp(t) != ptr or size(t) != shape:
+                return False
+            k += 1
+        return True
+
+
+_tensor_methods: list = []  # [torch.Tensor.data_ptr, torch.Tensor.size]: unbound, one lookup less a call
+
+
+def _raw_stream(torch: Any) -> Any:
+    return getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _hit_key(tensors: tuple, options: tuple) -> Optional[tuple]:
+    """The identity key of a call on plain PyTorch tensors (or None: not cacheable)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    tensor_type = torch.Tensor
+    for t in tensors:
+        if type(t) is not tensor_type:
+            return None
+    layout, group, pdl = options
+    if not (layout is None or type(layout) is tuple) or type(group) is not int or type(pdl) is not bool:
+        return None
+    return tuple(map(id, tensors)) + options
+
+
+def _remember_hit(key: tuple, tensors: tuple, args: Any, device: Tuple[str, int]) -> None:
+    if len(_hits) >= _LAUNCH_CACHE_SIZE:
+        _hits.clear()
+    _hits[key] = _Hit(tensors, args, device)
+
+
+def _launch_hit(hit: _Hit, function: Any, host_function: Any, name: str, stream: Any) -> bool:
+    """Runs a remembered call; False when it cannot (the caller takes the long way, which raises)."""
+    if hit.device < 0:
+        if stream is not None:
+            return False
+        status = host_function(hit.ref, None)
+        if status:
+            raise Error(status, name + "_host")
+        return True
+    get = (_torch_raw or _torch_raw_functions(sys.modules["torch"]))[1]
+    if get is not None and get() != hit.device:
+        return False
+    if stream is None:
+        handle = hit.raw(hit.device) if hit.raw is not None else current_stream(hit.refs[0]())
+    else:
+        handle = stream_handle(stream)
+    status = function(hit.ref, handle)
+    if status:
+        raise Error(status, name)
+    return True
+
+
+_sm_counts: dict = {}
+
+
+def _sm_count(device: Tuple[str, int]) -> int:
+    """The SM count of a CUDA device PyTorch knows (0: unknown; the library then asks the runtime)."""
+    if device[0] == CPU:
+        return 0
+    count = _sm_counts.get(device[1])
+    if count is None:
+        count = 0
+        torch = sys.modules.get("torch")
+        try:
+            if torch is not None and torch.cuda.is_available():
+                count = int(torch.cuda.get_device_properties(device[1]).multi_processor_count)
+        except Exception:  # noqa: BLE001 - any failure leaves the choice to the library
+            count = 0
+        _sm_counts[device[1]] = count
+    return count
+
+
+def _explicit_group(args: Any, device: Tuple[str, int], decode_launch: bool) -> None:
+    """An automatic group size (0) made explicit with the value the library would pick (the same
+    c128_*_group_size on the device's SM count), so that a launch of a remembered or bound struct
+    does not ask the runtime for the device and its SM count each time."""
+    field = "requests_per_block" if decode_launch else "windows_per_block"
+    if getattr(args, field) != 0:
+        return
+    sm = _sm_count(device)
+    if sm <= 0:
+        return
+    if decode_launch:
+        setattr(args, field, _lib.decode_group_size(args.batch, args.head_dim, sm))
+    else:
+        setattr(args, field, _lib.prefill_group_size(args.num_compress, args.head_dim, sm))
+
+
 def _remember(key: tuple, args: Any) -> None:
     if len(_launch_cache) >= _LAUNCH_CACHE_SIZE:
         _launch_cache.clear()
@@ -820,10 +947,23 @@ def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream:
         Error: the library's status.
     """
     if _compiling():
-        _ops().decode(state, input, ape, output, plans, requests_per_block=requests_per_block, pdl=pdl,
-                      **_op_kwargs(layout, state_layout, output_index, entry, stream, host_options))
+        kw = _op_kwargs(layout, state_layout, output_index, entry, stream, host_options)
+        op = _ops().decode_extended if state_layout is not None or output_index is not None or entry is not None \
+            else _ops().decode
+        op(state, input, ape, output, plans, requests_per_block=requests_per_block, pdl=pdl, **kw)
         return
     extended = state_layout is not None or output_index is not None or entry is not None
+    hit_key = None
+    if not extended and host_options is None:
+        tensors = (state, input, ape, output, plans)
+        try:
+            hit = _hits.get((id(state), id(input), id(ape), id(output), id(plans), layout, requests_per_block, pdl))
+        except TypeError:  # an unhashable option: the long way checks it
+            hit = None
+        if hit is not None and hit.same(tensors) and _launch_hit(hit, _lib.decode, _lib.decode_host, "c128_decode",
+                                                                 stream):
+            return
+        hit_key = _hit_key(tensors, (layout, requests_per_block, pdl))
     if not extended:
         key = _torch_cuda_key((state, input, ape, output, plans), (layout, requests_per_block, pdl))
     else:
@@ -848,6 +988,10 @@ def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream:
     handle = _resolve_stream(stream, state)
     on_host, keep = _decode_bind(args, state, input, ape, output, plans, handle, layout, requests_per_block, pdl,
                                  False, extended, state_layout, output_index, entry)
+    if hit_key is not None:  # a struct of its own, remembered for the same tensor objects
+        args = _lib.DecodeArgs.from_buffer_copy(args)
+        _explicit_group(args, keep[0].device, True)
+        _remember_hit(hit_key, (state, input, ape, output, plans), args, keep[0].device)
     if key is not None and not on_host:
         _remember(key, args)
     if on_host:
@@ -945,6 +1089,7 @@ class Decode(_Bound):
                                         self._options["layout"], self._options["requests_per_block"],
                                         self._options["pdl"], False, True, t["state_layout"], t["output_index"],
                                         t["entry"])
+        _explicit_group(self._args, view(t["state"], "state").device, True)
         self._bound()
 
     @property
@@ -1019,10 +1164,24 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
             out_loc; outside the output (or cache): skipped. Default: row k for plan k.
     """
     if _compiling():
-        _ops().prefill(state, input, ape, output, compress_plans, write_plans, windows_per_block=windows_per_block,
-                       pdl=pdl, **_op_kwargs(layout, state_layout, output_index, entry, stream, host_options))
+        kw = _op_kwargs(layout, state_layout, output_index, entry, stream, host_options)
+        op = _ops().prefill_extended if state_layout is not None or output_index is not None or entry is not None \
+            else _ops().prefill
+        op(state, input, ape, output, compress_plans, write_plans, windows_per_block=windows_per_block, pdl=pdl, **kw)
         return
     extended = state_layout is not None or output_index is not None or entry is not None
+    hit_key = None
+    if not extended and host_options is None:
+        tensors = (state, input, ape, output, compress_plans, write_plans)
+        try:
+            hit = _hits.get((id(state), id(input), id(ape), id(output), id(compress_plans), id(write_plans), layout,
+                             windows_per_block, pdl))
+        except TypeError:
+            hit = None
+        if hit is not None and hit.same(tensors) and _launch_hit(hit, _lib.prefill, _lib.prefill_host,
+                                                                 "c128_prefill", stream):
+            return
+        hit_key = _hit_key(tensors, (layout, windows_per_block, pdl))
     if not extended:
         key = _torch_cuda_key((state, input, ape, output, compress_plans, write_plans),
                               (layout, windows_per_block, pdl))
@@ -1048,6 +1207,10 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
     handle = _resolve_stream(stream, state)
     on_host, keep = _prefill_bind(args, state, input, ape, output, compress_plans, write_plans, handle, layout,
                                   windows_per_block, pdl, False, extended, state_layout, output_index, entry)
+    if hit_key is not None:
+        args = _lib.PrefillArgs.from_buffer_copy(args)
+        _explicit_group(args, keep[0].device, False)
+        _remember_hit(hit_key, (state, input, ape, output, compress_plans, write_plans), args, keep[0].device)
     if key is not None and not on_host:
         _remember(key, args)
     if on_host:
@@ -1087,6 +1250,7 @@ class Prefill(_Bound):
         self._on_host, _ = _prefill_bind(self._args, *(t[n] for n in self._names), handle, self._options["layout"],
                                          self._options["windows_per_block"], self._options["pdl"], False, True,
                                          t["state_layout"], t["output_index"], t["entry"])
+        _explicit_group(self._args, view(t["state"], "state").device, False)
         self._bound()
 
 

@@ -10,11 +10,15 @@ captured by ``torch.cuda.graph``). Each operator has a fake (meta) implementatio
 
 Operators (the keyword-only arguments are those of the Python functions, flattened):
 
-- ``c128::decode``, ``c128::prefill``: :func:`c128.decode`, :func:`c128.prefill`; the state
-  layout's fields (``block_rows``, ``block_table``, ``row_shift``, ``score_plane``,
-  ``score_block_table``, ``score_biased``), ``output_index`` and the cache entry's
-  (``entry_kind``, ``norm_weight``, ``rope_table``, ``cache``, ``entries_per_page``, ``eps``,
-  ``page_bytes``) are keyword arguments; ``output`` is None with cache entries.
+- ``c128::decode``, ``c128::prefill``: :func:`c128.decode`, :func:`c128.prefill` in today's
+  layout with pooled rows (``rank``, ``size``, ``pages_per_rank``, the group size and ``pdl`` as
+  keyword arguments);
+- ``c128::decode_extended``, ``c128::prefill_extended``: the same with the state layout's fields
+  (``block_rows``, ``block_table``, ``row_shift``, ``score_plane``, ``score_block_table``,
+  ``score_biased``), ``output_index`` and the cache entry's (``entry_kind``, ``norm_weight``,
+  ``rope_table``, ``cache``, ``entries_per_page``, ``eps``, ``page_bytes``) as keyword arguments;
+  ``output`` is None with cache entries. (Two operators each: the dispatcher's time grows with a
+  schema's arguments.)
 - ``c128::plan_decode_device``, ``c128::plan_prefill_device``: the device planners, the ring's
   fields as keyword arguments (``state_pages``, ``ring_tokens``, ``speculative``,
   ``page_table``, ``write_all``, the state layout's, ``null_block``, ``rope_positions``).
@@ -89,7 +93,26 @@ def _layout(rank: int, size: int, pages_per_rank: int) -> Any:
 
 
 # ---- decode, prefill -----------------------------------------------------------------------------------
-def _decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, rank: int = 0, size: int = 1,
+# The dispatcher passes keyword-only arguments only where they differ from their defaults, so a call with
+# none of them takes c128.decode / prefill's hot path directly.
+def _decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, **kw: Any) -> None:
+    if kw:
+        _decode_options(state, input, ape, output, plans, **kw)
+    else:
+        _c128_decode(state, input, ape, output, plans)
+
+
+def _prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, **kw: Any) -> None:
+    if kw:
+        _prefill_options(state, input, ape, output, compress_plans, write_plans, **kw)
+    else:
+        _c128_prefill(state, input, ape, output, compress_plans, write_plans)
+
+
+_c128_decode, _c128_prefill = c128.decode, c128.prefill
+
+
+def _decode_options(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, rank: int = 0, size: int = 1,
             pages_per_rank: int = 0, requests_per_block: int = 0, pdl: bool = False, block_rows: int = 0,
             block_table: Any = None, row_shift: int = 0, score_plane: Any = None, score_block_table: Any = None,
             score_biased: bool = False, output_index: Any = None, entry_kind: str = "pooled", norm_weight: Any = None,
@@ -103,7 +126,8 @@ def _decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, rank: 
                 entry=_entry(entry_kind, norm_weight, rope_table, cache, entries_per_page, eps, page_bytes))
 
 
-def _prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *, rank: int = 0,
+def _prefill_options(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
+                     rank: int = 0,
              size: int = 1, pages_per_rank: int = 0, windows_per_block: int = 0, pdl: bool = False,
              block_rows: int = 0, block_table: Any = None, row_shift: int = 0, score_plane: Any = None,
              score_block_table: Any = None, score_biased: bool = False, output_index: Any = None,
@@ -117,12 +141,20 @@ def _prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any,
                  entry=_entry(entry_kind, norm_weight, rope_table, cache, entries_per_page, eps, page_bytes))
 
 
-_define("decode", "(Tensor(a!) state, Tensor input, Tensor ape, Tensor(b!)? output, Tensor plans, *, int rank=0, "
-        "int size=1, int pages_per_rank=0, int requests_per_block=0, bool pdl=False, " + _LAYOUT + ", " + _ENTRY +
-        ") -> ()", _decode)
-_define("prefill", "(Tensor(a!) state, Tensor input, Tensor ape, Tensor(b!)? output, Tensor compress_plans, "
+# The dispatcher's cost grows with the schema's arguments (about 3 us for decode's, 12 us with every
+# layout and entry field, on a 2.x GHz server core): today's layout and pooled rows have operators of
+# their own, the other arguments the *_extended ones.
+_define("decode", "(Tensor(a!) state, Tensor input, Tensor ape, Tensor(b!) output, Tensor plans, *, int rank=0, "
+        "int size=1, int pages_per_rank=0, int requests_per_block=0, bool pdl=False) -> ()", _decode)
+_define("prefill", "(Tensor(a!) state, Tensor input, Tensor ape, Tensor(b!) output, Tensor compress_plans, "
+        "Tensor write_plans, *, int rank=0, int size=1, int pages_per_rank=0, int windows_per_block=0, bool pdl=False"
+        ") -> ()", _prefill)
+_define("decode_extended", "(Tensor(a!) state, Tensor input, Tensor ape, Tensor(b!)? output, Tensor plans, *, "
+        "int rank=0, int size=1, int pages_per_rank=0, int requests_per_block=0, bool pdl=False, " + _LAYOUT + ", " +
+        _ENTRY + ") -> ()", _decode_options)
+_define("prefill_extended", "(Tensor(a!) state, Tensor input, Tensor ape, Tensor(b!)? output, Tensor compress_plans, "
         "Tensor write_plans, *, int rank=0, int size=1, int pages_per_rank=0, int windows_per_block=0, bool pdl=False, "
-        + _LAYOUT + ", " + _ENTRY + ") -> ()", _prefill)
+        + _LAYOUT + ", " + _ENTRY + ") -> ()", _prefill_options)
 
 
 # ---- the device planners --------------------------------------------------------------------------------
