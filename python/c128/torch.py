@@ -212,3 +212,27 @@ _define("sglang_compress_forward_norm_rope_store", "(Tensor(a!) kv_score_buffer,
         "Tensor plan_1, Tensor? plan_2, *, bool is_decode, int head_dim, int compress_ratio=128, Tensor norm_weight, "
         "float norm_eps, Tensor freq_cis, Tensor out_loc, Tensor(b!) kvcache, int page_size) -> ()",
         _sglang._op_compress_forward_norm_rope_store)
+
+from . import vllm as _vllm  # noqa: E402
+
+
+def _vllm_save(kv: Any, score: Any, ape: Any, positions: Any, state_cache: Any, slot_mapping: Any, block_size: int,
+               state_width: int, compress_ratio: int) -> None:
+    _vllm.save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size, state_width,
+                              compress_ratio)
+
+
+def _vllm_compress(state_cache: Any, token_to_req_indices: Any, positions: Any, slot_mapping: Any, block_table: Any,
+                   compressed_kv: Any, kv: Any = None, score: Any = None, ape: Any = None, query_start_loc: Any = None,
+                   *, block_size: int = 8,
+                   is_circular: bool = False) -> None:
+    _vllm.compress_c128(state_cache, token_to_req_indices, positions, slot_mapping, block_table, compressed_kv,
+                        block_size=block_size, kv=kv, score=score, ape=ape, query_start_loc=query_start_loc,
+                        is_circular=is_circular)
+
+
+_define("vllm_save_partial_states", "(Tensor kv, Tensor score, Tensor ape, Tensor positions, Tensor(a!) state_cache, "
+        "Tensor slot_mapping, int block_size, int state_width, int compress_ratio) -> ()", _vllm_save)
+_define("vllm_compress_c128", "(Tensor state_cache, Tensor token_to_req_indices, Tensor positions, Tensor slot_mapping, "
+        "Tensor block_table, Tensor(a!) compressed_kv, Tensor? kv=None, Tensor? score=None, Tensor? ape=None, "
+        "Tensor? query_start_loc=None, *, int block_size=8, bool is_circular=False) -> ()", _vllm_compress)

@@ -146,6 +146,19 @@ def test_opcheck_sglang() -> None:
              dict(is_decode=False, head_dim=512))
 
 
+def test_opcheck_vllm() -> None:
+    from test_vllm import D, VllmModel
+
+    m = VllmModel(np.random.default_rng(3), 2, 300)
+    rows, pos, req, slot, qs = m.batch(np.array([130, 127]))
+    r = torch.from_numpy(rows)
+    _opcheck(OPS.vllm_save_partial_states.default, (r[:, :D], r[:, D:], torch.from_numpy(m.ape), torch.from_numpy(pos),
+                                                    torch.from_numpy(m.state), torch.from_numpy(slot), 8, D, 128), {})
+    out = torch.zeros((len(pos), D))
+    _opcheck(OPS.vllm_compress_c128.default, (torch.from_numpy(m.state), torch.from_numpy(req), torch.from_numpy(pos),
+                                              torch.from_numpy(slot), torch.from_numpy(m.table), out), {})
+
+
 # ---- torch.compile -------------------------------------------------------------------------------------------
 def _compile(fn: Any) -> Any:
     """fn compiled with the default backend (Inductor), fullgraph: a graph break is an error. No
