@@ -236,3 +236,19 @@ _define("vllm_save_partial_states", "(Tensor kv, Tensor score, Tensor ape, Tenso
 _define("vllm_compress_c128", "(Tensor state_cache, Tensor token_to_req_indices, Tensor positions, Tensor slot_mapping, "
         "Tensor block_table, Tensor(a!) compressed_kv, Tensor? kv=None, Tensor? score=None, Tensor? ape=None, "
         "Tensor? query_start_loc=None, *, int block_size=8, bool is_circular=False) -> ()", _vllm_compress)
+
+from . import trtllm as _trtllm  # noqa: E402
+
+# TensorRT-LLM's schemas (trtllm::), under c128::
+_TRT_HEAD = ("(Tensor kv_score, Tensor ape, Tensor(a!) paged_kv, Tensor(b!) paged_score, Tensor block_table_kv, "
+             "Tensor block_table_score, Tensor(c!) output, Tensor kv_lens, ")
+_define("compressor_paged_kv_compress", _TRT_HEAD + "Tensor cu_seq_lens, Tensor cu_kv_comp, int batch_size, "
+        "int page_size, int head_dim, int compress_ratio, int next_n) -> ()", _trtllm.compressor_paged_kv_compress)
+_define("compressor_prefill_reduction", _TRT_HEAD + "Tensor start_pos, Tensor cu_seq_lens, Tensor cu_kv_comp, "
+        "int batch_size, int page_size, int head_dim, int compress_ratio, int max_outputs) -> ()",
+        _trtllm.compressor_prefill_reduction)
+_define("compressor_postprocess_scatter", "(Tensor kv_comp, Tensor(a!)? kv_out, Tensor rms_weight, float rms_eps, "
+        "Tensor cos_sin_table, Tensor position_ids, int nope_dim, int rope_dim, Tensor(b!) kv_cache, "
+        "Tensor num_outputs, Tensor cu_kv_comp, Tensor start_pos, Tensor block_offsets, Tensor compressed_mask, "
+        "int tokens_per_block, int cache_scale_type, bool rotate_activation, Tensor(c!)? quant_output, "
+        "Tensor(d!)? scale_output) -> ()", _trtllm.compressor_postprocess_scatter)

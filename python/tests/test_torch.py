@@ -159,6 +159,18 @@ def test_opcheck_vllm() -> None:
                                               torch.from_numpy(slot), torch.from_numpy(m.table), out), {})
 
 
+def test_opcheck_trtllm() -> None:
+    from test_trtllm import D, TrtModel
+
+    m = TrtModel(np.random.default_rng(4), 2, 400, 128)
+    x, (kv_lens, start, cu, comp), _ = m.step(np.array([130, 256]))
+    t = [torch.from_numpy(a) for a in (x, m.ape, m.kv, m.sc, m.t_kv, m.t_sc)]
+    out = torch.zeros((int(comp[-1]), D))
+    meta = [torch.from_numpy(a) for a in (kv_lens, start, cu, comp)]
+    _opcheck(OPS.compressor_prefill_reduction.default, (*t, out, *meta, 2, 128, D, 128, int(comp[-1])), {})
+    _opcheck(OPS.compressor_paged_kv_compress.default, (*t, out, meta[0], meta[2], meta[3], 2, 128, D, 128, 1), {})
+
+
 # ---- torch.compile -------------------------------------------------------------------------------------------
 def _compile(fn: Any) -> Any:
     """fn compiled with the default backend (Inductor), fullgraph: a graph break is an error. No
