@@ -614,7 +614,8 @@ def _prefill_plans(x: _Xp, loc: _Loc, seq_lens: Any, extend_lens: Any, n: int, p
     for mask, cols, rows, sentinel in ((compress, c_cols, rows_c, [_INVALID_SEQ, 0, -1, -1]),
                                        (write, w_cols, rows_w, [_INVALID_SEQ, -1])):
         width = len(cols)
-        dest = x.where(mask, x.cumsum(mask.long() if x.torch is not None else mask.astype(x.np.int64)) - 1, max(n, rows))
+        ranks = x.cumsum(mask.long() if x.torch is not None else mask.astype(x.np.int64)) - 1
+        dest = x.where(mask, ranks, max(n, rows))
         table = x.full((max(n, rows) + 1, width), 0)
         for c, v in enumerate(sentinel):
             table[:, c] = v

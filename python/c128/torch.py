@@ -233,9 +233,10 @@ def _vllm_compress(state_cache: Any, token_to_req_indices: Any, positions: Any, 
 
 _define("vllm_save_partial_states", "(Tensor kv, Tensor score, Tensor ape, Tensor positions, Tensor(a!) state_cache, "
         "Tensor slot_mapping, int block_size, int state_width, int compress_ratio) -> ()", _vllm_save)
-_define("vllm_compress_c128", "(Tensor state_cache, Tensor token_to_req_indices, Tensor positions, Tensor slot_mapping, "
-        "Tensor block_table, Tensor(a!) compressed_kv, Tensor? kv=None, Tensor? score=None, Tensor? ape=None, "
-        "Tensor? query_start_loc=None, *, int block_size=8, bool is_circular=False) -> ()", _vllm_compress)
+_define("vllm_compress_c128", "(Tensor state_cache, Tensor token_to_req_indices, Tensor positions, "
+        "Tensor slot_mapping, Tensor block_table, Tensor(a!) compressed_kv, Tensor? kv=None, Tensor? score=None, "
+        "Tensor? ape=None, Tensor? query_start_loc=None, *, int block_size=8, bool is_circular=False) -> ()",
+        _vllm_compress)
 
 from . import trtllm as _trtllm  # noqa: E402
 
