@@ -4,8 +4,9 @@
 # Builds libc128.so twice with Meson (no meson-python, no install): the default fast-math build and
 # a C128_MATH_EXACT build (-Dcuda_args=-DC128_MATH=C128_MATH_EXACT, the mode in which the GPU must
 # equal the host runner bit for bit), then against each runs the GPU tests (pytest -m gpu: PyTorch,
-# CuPy and JAX tensors, streams, CUDA graphs, allocations, the SGLang drop-in; each prints what it
-# checked), then examples/python/serve.py on PyTorch tensors and bench/python_overhead.py.
+# CuPy and JAX tensors, streams, CUDA graphs, allocations, the SGLang drop-in, torch.ops.c128's opcheck
+# and a torch.compile(fullgraph=True) step captured in a CUDA graph; each prints what it checked), then
+# examples/python/serve.py on PyTorch tensors and bench/python_overhead.py (the operators too).
 # Needs nvcc, meson, ninja and a python3 with numpy, pytest and torch (CuPy and JAX optional: their
 # tests skip without them). GPU_ARCH (default 90) picks the architecture, BUILD_ROOT (default
 # build-python) the build directories. Exit status: 0 iff every step passed.

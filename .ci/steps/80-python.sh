@@ -20,6 +20,9 @@ venv=$scratch/venv
 q python3 -m venv "$venv"
 py=$venv/bin/python
 q "$py" -m pip install -q --upgrade pip # repeated --config-settings keys need pip >= 23.1
+# No PyTorch here: PyPI's Linux x86-64 torch wheel is the CUDA build, which needs some 3 GB of NVIDIA
+# libraries to import (5.4 GB of venv, over a minute and a half to install), so python/tests/test_torch.py
+# skips; the engine adapters' tests (SGLang's planners, vLLM, TensorRT-LLM) run on NumPy arrays.
 q "$py" -m pip install -q numpy pytest
 
 # 1. pip wheel . and pip install . (isolated builds: nothing but meson-python comes from PyPI).

@@ -617,6 +617,55 @@ def _run_detail(message: Any) -> Optional[str]:
     return text or None
 
 
+
+# ---- torch.compile: the operators of c128.torch stand in for the ctypes calls while Dynamo traces ----------
+_is_compiling: list = []  # [torch.compiler.is_compiling], once PyTorch is imported
+
+
+def _compiling() -> bool:
+    """True while torch.compile traces (ctypes calls cannot be traced: the calls route to torch.ops.c128)."""
+    if _is_compiling:
+        return _is_compiling[0]()
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    compiler = getattr(torch, "compiler", None)
+    if compiler is None or not hasattr(compiler, "is_compiling"):
+        return False
+    _is_compiling.append(compiler.is_compiling)
+    return _is_compiling[0]()
+
+
+def _ops() -> Any:
+    """torch.ops.c128, once c128.torch has registered it."""
+    if "c128.torch" not in sys.modules:
+        raise RuntimeError("c128: import c128.torch before torch.compile traces a c128 call (it registers the "
+                           "torch.ops.c128 operators that stand in for the ctypes calls)")
+    return sys.modules["torch"].ops.c128
+
+
+def _op_kwargs(layout: Any, state_layout: Any, output_index: Any, entry: Any, stream: Any,
+               host_options: Any) -> dict:
+    """The keyword arguments of torch.ops.c128.decode / prefill for a call's options."""
+    if stream is not None or host_options is not None:
+        raise ValueError("stream, host_options: a compiled call runs on PyTorch's current stream, with no host "
+                         "options")
+    kw: dict = {}
+    if layout is not None:
+        rank, size, pages = layout if isinstance(layout, (tuple, list)) else (layout.rank, layout.size,
+                                                                               layout.pages_per_rank)
+        kw.update(rank=rank, size=size, pages_per_rank=pages)
+    if state_layout is not None:
+        kw.update(block_rows=state_layout.block_rows, block_table=state_layout.block_table,
+                  row_shift=state_layout.row_shift, score_plane=state_layout.score_plane,
+                  score_block_table=state_layout.score_block_table, score_biased=bool(state_layout.score_biased))
+    if output_index is not None:
+        kw["output_index"] = output_index
+    if entry is not None:
+        kw.update(entry_kind=entry.kind, norm_weight=entry.norm_weight, rope_table=entry.rope_table, cache=entry.cache,
+                  entries_per_page=entry.entries_per_page, eps=float(entry.eps), page_bytes=entry.page_bytes or 0)
+    return kw
+
 # ---- decode ------------------------------------------------------------------------------------------
 _tls = threading.local()
 
@@ -660,6 +709,8 @@ def _torch_cuda_key_extra(tensors: tuple, options: tuple, state_layout: Any, out
     if state_layout is not None:
         if type(state_layout) is not StateLayout:
             return None
+        if type(state_layout.score_biased) not in (bool, int):  # checked (and refused) the long way
+            return None
         more += (state_layout.block_table, state_layout.score_plane, state_layout.score_block_table)
         sl_fields = (state_layout.block_rows, state_layout.row_shift, bool(state_layout.score_biased))
     if entry is not None:
@@ -685,6 +736,125 @@ def _torch_cuda_key_extra(tensors: tuple, options: tuple, state_layout: Any, out
     except TypeError:
         return None
     return full
+
+
+# Calls on the same PyTorch tensor objects as a checked call (the hot path of an engine that keeps its
+# buffers): found by the objects' ids, confirmed by a weak reference to each (the same object, alive),
+# its data pointer and shape (a tensor given new storage, resized or transposed in place is checked
+# again). The struct was filled by the full checks; options are part of the key.
+_hits: dict = {}
+
+
+class _Hit:
+    __slots__ = ("refs", "facts", "ref", "device", "raw")
+
+    def __init__(self, tensors: tuple, args: Any, device: Tuple[str, int]) -> None:
+        import weakref
+
+        self.refs = tuple(weakref.ref(t) for t in tensors)
+        self.facts = tuple((t.data_ptr(), t.size()) for t in tensors)
+        if not _tensor_methods:
+            _tensor_methods.extend([type(tensors[0]).data_ptr, type(tensors[0]).size])
+        self.ref = byref(args)  # keeps args alive
+        self.device = device[1] if device[0] != CPU else -1
+        torch = sys.modules["torch"]
+        self.raw = _raw_stream(torch) if self.device >= 0 else None
+
+    def same(self, tensors: tuple) -> bool:
+        refs, (dp, size) = self.refs, _tensor_methods
+        k = 0
+        for t in tensors:
+            ptr, shape = self.facts[k]
+            if refs[k]() is not t or dp(t) != ptr or size(t) != shape:
+                return False
+            k += 1
+        return True
+
+
+_tensor_methods: list = []  # [torch.Tensor.data_ptr, torch.Tensor.size]: unbound, one lookup less a call
+
+
+def _raw_stream(torch: Any) -> Any:
+    return getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _hit_key(tensors: tuple, options: tuple) -> Optional[tuple]:
+    """The identity key of a call on plain PyTorch tensors (or None: not cacheable)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    tensor_type = torch.Tensor
+    for t in tensors:
+        if type(t) is not tensor_type:
+            return None
+    layout, group, pdl = options
+    if not (layout is None or type(layout) is tuple) or type(group) is not int or type(pdl) is not bool:
+        return None
+    return tuple(map(id, tensors)) + options
+
+
+def _remember_hit(key: tuple, tensors: tuple, args: Any, device: Tuple[str, int]) -> None:
+    if len(_hits) >= _LAUNCH_CACHE_SIZE:
+        _hits.clear()
+    _hits[key] = _Hit(tensors, args, device)
+
+
+def _launch_hit(hit: _Hit, function: Any, host_function: Any, name: str, stream: Any) -> bool:
+    """Runs a remembered call; False when it cannot (the caller takes the long way, which raises)."""
+    if hit.device < 0:
+        if stream is not None:
+            return False
+        status = host_function(hit.ref, None)
+        if status:
+            raise Error(status, name + "_host")
+        return True
+    get = (_torch_raw or _torch_raw_functions(sys.modules["torch"]))[1]
+    if get is not None and get() != hit.device:
+        return False
+    if stream is None:
+        handle = hit.raw(hit.device) if hit.raw is not None else current_stream(hit.refs[0]())
+    else:
+        handle = stream_handle(stream)
+    status = function(hit.ref, handle)
+    if status:
+        raise Error(status, name)
+    return True
+
+
+_sm_counts: dict = {}
+
+
+def _sm_count(device: Tuple[str, int]) -> int:
+    """The SM count of a CUDA device PyTorch knows (0: unknown; the library then asks the runtime)."""
+    if device[0] == CPU:
+        return 0
+    count = _sm_counts.get(device[1])
+    if count is None:
+        count = 0
+        torch = sys.modules.get("torch")
+        try:
+            if torch is not None and torch.cuda.is_available():
+                count = int(torch.cuda.get_device_properties(device[1]).multi_processor_count)
+        except Exception:  # noqa: BLE001 - any failure leaves the choice to the library
+            count = 0
+        _sm_counts[device[1]] = count
+    return count
+
+
+def _explicit_group(args: Any, device: Tuple[str, int], decode_launch: bool) -> None:
+    """An automatic group size (0) made explicit with the value the library would pick (the same
+    c128_*_group_size on the device's SM count), so that a launch of a remembered or bound struct
+    does not ask the runtime for the device and its SM count each time."""
+    field = "requests_per_block" if decode_launch else "windows_per_block"
+    if getattr(args, field) != 0:
+        return
+    sm = _sm_count(device)
+    if sm <= 0:
+        return
+    if decode_launch:
+        setattr(args, field, _lib.decode_group_size(args.batch, args.head_dim, sm))
+    else:
+        setattr(args, field, _lib.prefill_group_size(args.num_compress, args.head_dim, sm))
 
 
 def _remember(key: tuple, args: Any) -> None:
@@ -776,7 +946,24 @@ def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream:
         TypeError, ValueError: an argument the binding refuses (named in the message).
         Error: the library's status.
     """
+    if _compiling():
+        kw = _op_kwargs(layout, state_layout, output_index, entry, stream, host_options)
+        op = _ops().decode_extended if state_layout is not None or output_index is not None or entry is not None \
+            else _ops().decode
+        op(state, input, ape, output, plans, requests_per_block=requests_per_block, pdl=pdl, **kw)
+        return
     extended = state_layout is not None or output_index is not None or entry is not None
+    hit_key = None
+    if not extended and host_options is None:
+        tensors = (state, input, ape, output, plans)
+        try:
+            hit = _hits.get((id(state), id(input), id(ape), id(output), id(plans), layout, requests_per_block, pdl))
+        except TypeError:  # an unhashable option: the long way checks it
+            hit = None
+        if hit is not None and hit.same(tensors) and _launch_hit(hit, _lib.decode, _lib.decode_host, "c128_decode",
+                                                                 stream):
+            return
+        hit_key = _hit_key(tensors, (layout, requests_per_block, pdl))
     if not extended:
         key = _torch_cuda_key((state, input, ape, output, plans), (layout, requests_per_block, pdl))
     else:
@@ -801,6 +988,10 @@ def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream:
     handle = _resolve_stream(stream, state)
     on_host, keep = _decode_bind(args, state, input, ape, output, plans, handle, layout, requests_per_block, pdl,
                                  False, extended, state_layout, output_index, entry)
+    if hit_key is not None:  # a struct of its own, remembered for the same tensor objects
+        args = _lib.DecodeArgs.from_buffer_copy(args)
+        _explicit_group(args, keep[0].device, True)
+        _remember_hit(hit_key, (state, input, ape, output, plans), args, keep[0].device)
     if key is not None and not on_host:
         _remember(key, args)
     if on_host:
@@ -850,6 +1041,12 @@ class _Bound:
 
     def __call__(self, stream: Any = None, *, host_options: Optional[HostOptions] = None) -> None:
         """Launch (stream as in :func:`decode`, resolved at each call) or run on the host."""
+        if _compiling():  # the operator of the same launch (its tensors as bound)
+            t = self._tensors
+            fn = decode if self._function == "decode" else prefill
+            fn(*(t[n] for n in self._names), stream=stream, host_options=host_options, state_layout=t["state_layout"],
+               output_index=t["output_index"], entry=t["entry"], **self._options)
+            return
         if self._on_host:
             _host_stream(stream)
             options, message = _host_options(host_options)
@@ -892,6 +1089,7 @@ class Decode(_Bound):
                                         self._options["layout"], self._options["requests_per_block"],
                                         self._options["pdl"], False, True, t["state_layout"], t["output_index"],
                                         t["entry"])
+        _explicit_group(self._args, view(t["state"], "state").device, True)
         self._bound()
 
     @property
@@ -965,7 +1163,25 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
             ragged_id) goes to output row (or cache entry) output_index[r], as SGLang indexes
             out_loc; outside the output (or cache): skipped. Default: row k for plan k.
     """
+    if _compiling():
+        kw = _op_kwargs(layout, state_layout, output_index, entry, stream, host_options)
+        op = _ops().prefill_extended if state_layout is not None or output_index is not None or entry is not None \
+            else _ops().prefill
+        op(state, input, ape, output, compress_plans, write_plans, windows_per_block=windows_per_block, pdl=pdl, **kw)
+        return
     extended = state_layout is not None or output_index is not None or entry is not None
+    hit_key = None
+    if not extended and host_options is None:
+        tensors = (state, input, ape, output, compress_plans, write_plans)
+        try:
+            hit = _hits.get((id(state), id(input), id(ape), id(output), id(compress_plans), id(write_plans), layout,
+                             windows_per_block, pdl))
+        except TypeError:
+            hit = None
+        if hit is not None and hit.same(tensors) and _launch_hit(hit, _lib.prefill, _lib.prefill_host,
+                                                                 "c128_prefill", stream):
+            return
+        hit_key = _hit_key(tensors, (layout, windows_per_block, pdl))
     if not extended:
         key = _torch_cuda_key((state, input, ape, output, compress_plans, write_plans),
                               (layout, windows_per_block, pdl))
@@ -991,6 +1207,10 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
     handle = _resolve_stream(stream, state)
     on_host, keep = _prefill_bind(args, state, input, ape, output, compress_plans, write_plans, handle, layout,
                                   windows_per_block, pdl, False, extended, state_layout, output_index, entry)
+    if hit_key is not None:
+        args = _lib.PrefillArgs.from_buffer_copy(args)
+        _explicit_group(args, keep[0].device, False)
+        _remember_hit(hit_key, (state, input, ape, output, compress_plans, write_plans), args, keep[0].device)
     if key is not None and not on_host:
         _remember(key, args)
     if on_host:
@@ -1030,6 +1250,7 @@ class Prefill(_Bound):
         self._on_host, _ = _prefill_bind(self._args, *(t[n] for n in self._names), handle, self._options["layout"],
                                          self._options["windows_per_block"], self._options["pdl"], False, True,
                                          t["state_layout"], t["output_index"], t["entry"])
+        _explicit_group(self._args, view(t["state"], "state").device, False)
         self._bound()
 
 
@@ -1484,6 +1705,21 @@ def _device_plan_common(ring: Ring, requests: Any, status: Any, workspace: Any, 
     return a, on_host, handle, (keep_req, tables, req, st, ws), req.device
 
 
+def _ring_kwargs(ring: Ring, stream: Any) -> dict:
+    """The ring's fields as keyword arguments of torch.ops.c128.plan_*_device."""
+    if stream is not None:
+        raise ValueError("stream: a compiled call runs on PyTorch's current stream")
+    kw = dict(state_pages=ring.state_pages, ring_tokens=ring.ring_tokens, speculative=bool(ring.speculative),
+              page_table=ring.page_table, write_all=bool(ring.write_all), null_block=ring.null_block,
+              rope_positions=ring.rope_positions)
+    sl = ring.state_layout
+    if sl is not None:
+        kw.update(block_rows=sl.block_rows, block_table=sl.block_table, row_shift=sl.row_shift,
+                  score_plane=sl.score_plane, score_block_table=sl.score_block_table,
+                  score_biased=bool(sl.score_biased))
+    return kw
+
+
 def plan_decode_device(ring: Ring, requests: Any, plans: Any, status: Any, workspace: Any, *, stream: Any = None,
                        pdl: bool = False, seq_lens: Any = None, pool_indices: Any = None) -> None:
     """The decode planner on the device (c128_plan_decode_device), for CUDA graphs: reads the
@@ -1498,6 +1734,10 @@ def plan_decode_device(ring: Ring, requests: Any, plans: Any, status: Any, works
     A bad batch is not an exception: its status goes to ``status`` and every plan becomes a
     padding row. Arguments the planner refuses raise :class:`Error` (and are written to status).
     """
+    if _compiling():
+        _ops().plan_decode_device(requests, plans, status, workspace, seq_lens=seq_lens, pool_indices=pool_indices,
+                                  pdl=pdl, **_ring_kwargs(ring, stream))
+        return
     a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream, seq_lens, None,
                                                            pool_indices)
     first = requests if requests is not None else seq_lens
@@ -1525,6 +1765,12 @@ def plan_prefill_device(ring: Ring, requests: Any, compress: Any, write: Any, co
     int32 [n] (lengths after the batch), ``query_start`` int32 [n + 1] (cumulative new rows:
     vLLM's query_start_loc, TensorRT-LLM's cu_seq_lens) and optionally ``pool_indices`` int32
     [n]; request i = (pool_indices[i] or i, seq_lens[i], query_start[i + 1] - query_start[i])."""
+    if _compiling():
+        _ops().plan_prefill_device(requests, compress, write, counts, status, workspace, verify=verify,
+                                   capacity=-1 if capacity is None else capacity, seq_lens=seq_lens,
+                                   query_start=query_start, pool_indices=pool_indices, pdl=pdl,
+                                   **_ring_kwargs(ring, stream))
+        return
     a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream, seq_lens,
                                                            query_start, pool_indices, prefill=True)
     first = requests if requests is not None else seq_lens

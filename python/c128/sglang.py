@@ -6,7 +6,12 @@ post-process (RMSNorm + RoPE + FP8 + store into the FlashMLA cache, SGLang's
 
 An engine switches with one import::
 
-    from c128.sglang import compress_forward
+    from c128.sglang import compress_forward, CompressorDecodePlan, CompressorPrefillPlan
+
+:class:`CompressorDecodePlan` and :class:`CompressorPrefillPlan` are SGLang's plan classes with its
+planners (``generate`` with and without ``use_req_ring``, ``generate_legacy``) on c128's side: SGLang's
+plan bytes from SGLang's metadata, on the metadata's device, as array operations (PyTorch or NumPy;
+no JIT module, no synchronisation with device metadata, so a captured step can plan).
 
 The plan bytes are the same: ``plan`` is what SGLang's planners return (``CompressorDecodePlan``
 ``(compress_ratio, plan_d)`` or ``CompressorPrefillPlan`` ``(compress_ratio, plan_c, plan_w,
@@ -45,11 +50,11 @@ from __future__ import annotations
 import sys
 from typing import Any, NamedTuple, Optional, Tuple
 
-from . import _INT32, Entry, _int, decode, prefill
+from . import _INT32, Entry, _compiling, _int, _ops, decode, prefill
 from ._tensor import describe, view
 
 __all__ = ["compress_forward", "compress_forward_norm_rope_store", "compress_norm_rope_store", "DecodePlan",
-           "PrefillPlan"]
+           "PrefillPlan", "CompressorDecodePlan", "CompressorPrefillPlan", "MTP_PAD"]
 
 _HEAD_DIM = 512  # DeepSeek-V4's compressed KV (SGLang's FlashMLA entry); 128 is SGLang's indexer cache
 
@@ -138,6 +143,12 @@ def compress_forward(kv_score_buffer: Any, kv_score_input: Any, ape: Any, plan: 
     head_dim, is_decode = _check_call(kv_score_buffer, plan, head_dim, compress_ratio, is_online)
     if out is None:
         out = _new_out(kv_score_input, _rows(plan[1]), head_dim)
+    if _compiling():
+        rank, size, pages = shared_state_layout
+        _ops().sglang_compress_forward(kv_score_buffer, kv_score_input, ape, plan[1], None if is_decode else plan[2],
+                                       out, is_decode=is_decode, head_dim=head_dim, compress_ratio=compress_ratio,
+                                       rank=rank, size=size, pages_per_rank=pages)
+        return out
     try:
         if is_decode:
             decode(kv_score_buffer, kv_score_input, ape, out, plan[1], stream=stream, layout=shared_state_layout)
@@ -226,6 +237,12 @@ def compress_forward_norm_rope_store(kv_score_buffer: Any, kv_score_input: Any, 
     """
     head_dim, is_decode = _check_call(kv_score_buffer, plan, head_dim, compress_ratio, is_online)
     entry = _entry(head_dim, norm_weight, norm_eps, freq_cis, kvcache, page_size, use_fp4, bf16_store)
+    if _compiling():
+        _ops().sglang_compress_forward_norm_rope_store(
+            kv_score_buffer, kv_score_input, ape, plan[1], None if is_decode else plan[2], is_decode=is_decode,
+            head_dim=head_dim, compress_ratio=compress_ratio, norm_weight=norm_weight, norm_eps=norm_eps,
+            freq_cis=freq_cis, out_loc=out_loc, kvcache=kvcache, page_size=page_size)
+        return
     try:
         if is_decode:
             decode(kv_score_buffer, kv_score_input, ape, None, plan[1], stream=stream, output_index=out_loc,
@@ -235,6 +252,25 @@ def compress_forward_norm_rope_store(kv_score_buffer: Any, kv_score_input: Any, 
                     output_index=out_loc, entry=entry)
     except (TypeError, ValueError) as e:
         raise type(e)(_sglang_names(str(e))) from None
+
+
+def _op_compress_forward(kv_score_buffer: Any, kv_score_input: Any, ape: Any, plan_1: Any, plan_2: Any, out: Any, *,
+                         is_decode: bool, head_dim: int, compress_ratio: int = 128, rank: int = 0, size: int = 1,
+                         pages_per_rank: int = 0) -> None:
+    """torch.ops.c128.sglang_compress_forward: compress_forward with the plan's tensors unpacked."""
+    plan = DecodePlan(compress_ratio, plan_1) if is_decode else PrefillPlan(compress_ratio, plan_1, plan_2)
+    compress_forward(kv_score_buffer, kv_score_input, ape, plan, head_dim, compress_ratio, out,
+                     (rank, size, pages_per_rank))
+
+
+def _op_compress_forward_norm_rope_store(kv_score_buffer: Any, kv_score_input: Any, ape: Any, plan_1: Any,
+                                         plan_2: Any, *, is_decode: bool, head_dim: int, compress_ratio: int = 128,
+                                         norm_weight: Any, norm_eps: float, freq_cis: Any, out_loc: Any,
+                                         kvcache: Any, page_size: int) -> None:
+    plan = DecodePlan(compress_ratio, plan_1) if is_decode else PrefillPlan(compress_ratio, plan_1, plan_2)
+    compress_forward_norm_rope_store(kv_score_buffer, kv_score_input, ape, plan, head_dim=head_dim,
+                                     compress_ratio=compress_ratio, norm_weight=norm_weight, norm_eps=norm_eps,
+                                     freq_cis=freq_cis, out_loc=out_loc, kvcache=kvcache, page_size=page_size)
 
 
 # What compress_norm_rope_store's one-hot windows read, by (framework, device, dtype, head_dim): a state
@@ -420,3 +456,302 @@ def _sglang_names(message: str) -> str:
                 break
         names.append(base + dot + field)
     return ", ".join(names) + ": " + rest.replace("but state is", "but kv_score_buffer is")
+
+
+# ---- SGLang's planners: CompressorDecodePlan.generate / generate_legacy, CompressorPrefillPlan.generate / ------
+# generate_legacy, with SGLang's argument lists and plan bytes, for ratio 128 (python/sglang/kernels/ops/attention/
+# dsv4/compress.py and its c_plan.cuh: the semantics, re-derived here as array operations).
+_W = 128
+MTP_PAD = 4  #: tokens SGLang's planner always persists at a request's end (its kMaxMTPDraftTokens)
+_INVALID_SEQ = -1  # 0xFFFFFFFF as int32: an invalid compress or write plan
+
+
+class _Xp:
+    """The few array operations the planners need, for NumPy arrays and PyTorch tensors alike."""
+
+    def __init__(self, like: Any) -> None:
+        torch = sys.modules.get("torch")
+        self.torch = torch if torch is not None and isinstance(like, torch.Tensor) else None
+        if self.torch is None:
+            import numpy
+
+            self.np = numpy
+        self.device = like.device if self.torch is not None else None
+
+    def i64(self, a: Any) -> Any:
+        if self.torch is not None:
+            if not isinstance(a, self.torch.Tensor):
+                return self.torch.as_tensor(a, dtype=self.torch.int64, device=self.device)
+            return a.to(device=self.device, dtype=self.torch.int64)
+        return self.np.asarray(a).astype(self.np.int64)
+
+    def arange(self, n: int) -> Any:
+        return self.torch.arange(n, device=self.device) if self.torch is not None else self.np.arange(n)
+
+    def cumsum(self, a: Any) -> Any:
+        return self.torch.cumsum(a, 0) if self.torch is not None else self.np.cumsum(a)
+
+    def searchsorted(self, sorted_: Any, values: Any) -> Any:
+        if self.torch is not None:
+            return self.torch.searchsorted(sorted_, values, right=True)
+        return self.np.searchsorted(sorted_, values, side="right")
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        if self.torch is not None:
+            b = b if isinstance(b, self.torch.Tensor) else self.torch.full_like(a, b)
+            return self.torch.where(cond, a, b)
+        return self.np.where(cond, a, b)
+
+    def clip(self, a: Any, lo: int, hi: int) -> Any:
+        return a.clamp(lo, hi) if self.torch is not None else self.np.clip(a, lo, hi)
+
+    def minimum(self, a: Any, b: Any) -> Any:
+        return self.torch.minimum(a, b) if self.torch is not None else self.np.minimum(a, b)
+
+    def stack(self, cols: list) -> Any:
+        if self.torch is not None:
+            return self.torch.stack(cols, 1)
+        return self.np.stack(cols, 1)
+
+    def full(self, shape: tuple, value: int) -> Any:
+        if self.torch is not None:
+            return self.torch.full(shape, value, dtype=self.torch.int32, device=self.device)
+        return self.np.full(shape, value, self.np.int32)
+
+    def int32_rows_as_u8(self, a: Any, width: int) -> Any:
+        """int64 columns holding int32 values -> uint8 [n, width] rows of their little-endian bytes."""
+        if self.torch is not None:
+            a = a.to(self.torch.int32).contiguous()
+            return a.view(self.torch.uint8).reshape(a.shape[0], width)
+        a = self.np.ascontiguousarray(a.astype(self.np.int32))
+        return a.view(self.np.uint8).reshape(a.shape[0], width)
+
+    def count(self, mask: Any) -> int:
+        return int(mask.sum())
+
+
+def _to_i32(x: Any, v: Any) -> Any:
+    """int64 values in [-2^31, 2^32) as the int64 of their int32 bit pattern."""
+    return x.where(v >= 2 ** 31, v - 2 ** 32, v)
+
+
+class _Loc:
+    """SGLang's state row of (request, position): the paged planner's (req_to_token, then full_to_state, then
+    the SWA page's ring), the request ring's (use_req_ring: rid * ring_size + pos % ring_size) or the legacy
+    one (rid * 128 + pos % 128)."""
+
+    def __init__(self, x: _Xp, mode: str, rid: Any, req_to_token: Any = None, full_to_state: Any = None,
+                 swa_page_size: int = 0, ring_size: int = _W) -> None:
+        self.x, self.mode, self.rid = x, mode, x.i64(rid)
+        self.ring = ring_size
+        if mode == "paged":
+            self.r2t, self.f2s, self.sps = req_to_token, full_to_state, swa_page_size
+
+    def __call__(self, b: Any, pos: Any) -> Any:
+        x, rid = self.x, self.rid[b]
+        if self.mode == "legacy":
+            return rid * _W + pos % _W
+        if self.mode == "ring":
+            return rid * self.ring + pos % self.ring
+        stride = self.r2t.shape[1]
+        raw = x.i64(self.r2t[x.clip(rid, 0, self.r2t.shape[0] - 1), x.clip(pos, 0, stride - 1)])
+        swa = x.i64(self.f2s[x.clip(raw, 0, self.f2s.shape[0] - 1)])
+        return (swa // self.sps) * self.ring + swa % self.ring
+
+
+def _ratio(compress_ratio: Any) -> None:
+    if isinstance(compress_ratio, bool) or not isinstance(compress_ratio, int) or compress_ratio != _W:
+        raise ValueError(f"compress_ratio: c128 plans ratio 128 only, got {compress_ratio!r} (ratio 4 stays with "
+                         f"SGLang's planner)")
+
+
+def _ring_args(swa_page_size: Any, ring_size: Any) -> Tuple[int, int]:
+    sps, ring = _int(swa_page_size, "swa_page_size", _INT32), _int(ring_size, "ring_size", _INT32)
+    if ring <= 0 or ring % _W or sps <= 0 or sps % ring:
+        raise ValueError(f"ring_size, swa_page_size: expected ring_size a positive multiple of 128 dividing "
+                         f"swa_page_size, got ring_size {ring}, swa_page_size {sps}")
+    return sps, ring
+
+
+def _decode_plan(x: _Xp, loc: _Loc, seq_lens: Any) -> Any:
+    seq = x.i64(seq_lens)
+    n = seq.shape[0]
+    b = x.arange(n)
+    pos1 = seq - 1
+    pos0 = x.where(pos1 - _W > 0, pos1 - _W, 0)
+    write = loc(b, pos1)
+    rp0 = loc(b, pos0) // _W
+    pad = seq <= 0  # c128's padding row (SGLang's planner would read req_to_token[rid][-1] here)
+    cols = [x.where(pad, 0, seq), x.where(pad, -1, write), x.where(pad, -1, rp0), x.where(pad, -1, write // _W)]
+    return x.int32_rows_as_u8(x.stack(cols), 16)
+
+
+def _prefill_plans(x: _Xp, loc: _Loc, seq_lens: Any, extend_lens: Any, n: int, pad_to: Optional[int],
+                   mtp_pad: int) -> Tuple[Any, Any]:
+    """(plan_c, plan_w) as uint8 [rows, 16] / [rows, 8]: the plans of SGLang's planner in (request, position)
+    order, rows = pad_to (sentinels after the plans) or the counts (pad_to None)."""
+    seq, ext = x.i64(seq_lens), x.i64(extend_lens)
+    batch = seq.shape[0]
+    k = x.arange(n)
+    ends = x.cumsum(ext)
+    b = x.clip(x.searchsorted(ends, k), 0, max(batch - 1, 0))
+    valid = k < ends[-1] if batch else k < 0
+    j = k - (ends[b] - ext[b])
+    pos = seq[b] - ext[b] + j
+    compress = valid & ((pos + 1) % _W == 0)
+    last = (seq // _W) * _W
+    first_write = x.minimum(last, seq - mtp_pad)
+    write = valid & (pos >= first_write[b])
+    at = loc(b, pos)
+    before = loc(b, x.where(pos - _W > 0, pos - _W, 0))
+    buffer_len = _W - x.clip(j + 1, 0, _W)
+    c_cols = [pos + 1, k + (buffer_len << 16), before // _W, at // _W]
+    w_cols = [k, at]
+    rows_c = rows_w = n if pad_to is None else pad_to
+    if pad_to is None:
+        rows_c, rows_w = x.count(compress), x.count(write)
+    out = []
+    for mask, cols, rows, sentinel in ((compress, c_cols, rows_c, [_INVALID_SEQ, 0, -1, -1]),
+                                       (write, w_cols, rows_w, [_INVALID_SEQ, -1])):
+        width = len(cols)
+        ranks = x.cumsum(mask.long() if x.torch is not None else mask.astype(x.np.int64)) - 1
+        dest = x.where(mask, ranks, max(n, rows))
+        table = x.full((max(n, rows) + 1, width), 0)
+        for c, v in enumerate(sentinel):
+            table[:, c] = v
+        values = x.stack([_to_i32(x, c) for c in cols])
+        if x.torch is not None:
+            table[dest] = values.to(x.torch.int32)
+        else:
+            table[dest] = values.astype(x.np.int32)
+        out.append(x.int32_rows_as_u8(table[:rows], 4 * width))
+    return out[0], out[1]
+
+
+class CompressorDecodePlan(NamedTuple):
+    """SGLang's CompressorDecodePlan for ratio 128, with SGLang's planners on c128's side (no JIT module):
+    ``generate`` and ``generate_legacy`` take SGLang's arguments and give SGLang's plan bytes, on the
+    metadata's device (PyTorch tensors, GPU or CPU, or NumPy arrays), with array operations only (no
+    synchronisation: capturable in a CUDA graph). A request of seq_len 0 gets c128's padding plan."""
+
+    compress_ratio: int
+    plan_d: Any
+
+    @property
+    def is_decode(self) -> bool:
+        return True
+
+    def copy_(self, other: Any) -> None:
+        if not getattr(other, "is_decode", False) or other.compress_ratio != self.compress_ratio:
+            raise ValueError("other: expected a decode plan of the same compress_ratio")
+        self.plan_d[...] = other.plan_d
+
+    @staticmethod
+    def generate(compress_ratio: int, req_pool_indices: Any, req_to_token: Any, full_to_state: Any, seq_lens: Any,
+                 swa_page_size: int, ring_size: int, use_req_ring: bool = False) -> "CompressorDecodePlan":
+        """The paged planner: a token's row is full_to_state[req_to_token[rid][pos]] in its SWA page's ring of
+        ring_size rows, (swa // swa_page_size) * ring_size + swa % ring_size; with use_req_ring the request's
+        own ring, rid * ring_size + pos % ring_size."""
+        _ratio(compress_ratio)
+        sps, ring = _ring_args(swa_page_size, ring_size)
+        x = _Xp(req_pool_indices if use_req_ring else req_to_token)
+        loc = _Loc(x, "ring" if use_req_ring else "paged", req_pool_indices, req_to_token, full_to_state, sps, ring)
+        return CompressorDecodePlan(compress_ratio, _decode_plan(x, loc, seq_lens))
+
+    @staticmethod
+    def generate_legacy(compress_ratio: int, req_pool_indices: Any, seq_lens: Any) -> "CompressorDecodePlan":
+        """The legacy layout: page = rid, row rid * 128 + pos % 128."""
+        _ratio(compress_ratio)
+        x = _Xp(req_pool_indices)
+        return CompressorDecodePlan(compress_ratio, _decode_plan(x, _Loc(x, "legacy", req_pool_indices), seq_lens))
+
+
+class CompressorPrefillPlan(NamedTuple):
+    """SGLang's CompressorPrefillPlan for ratio 128 (see :class:`CompressorDecodePlan`). Plans come in
+    (request, position) order (SGLang's GPU planner places them in any order); every window completed
+    gets a compress plan, and a write plan goes to every token of the open window and to the last
+    ``mtp_pad`` (SGLang's 4) tokens of each request. With seq_lens on the GPU (or use_cuda_graph) the
+    arrays have num_q_tokens rows, sentinels after the plans, as SGLang's; with host metadata they are
+    cut to the plans' counts. ``pin_buffer`` is None."""
+
+    compress_ratio: int
+    plan_c: Any
+    plan_w: Any
+    pin_buffer: Any = None
+
+    @property
+    def is_decode(self) -> bool:
+        return False
+
+    def copy_(self, other: Any) -> None:
+        if getattr(other, "is_decode", True) or other.compress_ratio != self.compress_ratio:
+            raise ValueError("other: expected a prefill plan of the same compress_ratio")
+        self.plan_c[...] = other.plan_c
+        self.plan_w[...] = other.plan_w
+
+    @staticmethod
+    def generate(compress_ratio: int, req_pool_indices: Any, seq_lens: Any, extend_lens: Any, req_to_token: Any,
+                 full_to_state: Any, swa_page_size: int, ring_size: int, num_q_tokens: int,
+                 use_cuda_graph: bool = False, use_req_ring: bool = False, *,
+                 mtp_pad: int = MTP_PAD) -> "CompressorPrefillPlan":
+        """SGLang's paged prefill planner (rows as in CompressorDecodePlan.generate). ``mtp_pad``
+        (keyword, c128's): the tokens always persisted at a request's end, SGLang's 4; an engine that
+        verifies more drafts passes its verify width."""
+        _ratio(compress_ratio)
+        sps, ring = _ring_args(swa_page_size, ring_size)
+        x = _host_checked(seq_lens, extend_lens, num_q_tokens)
+        out_x = _Xp(req_to_token)
+        loc = _Loc(out_x, "ring" if use_req_ring else "paged", req_pool_indices, req_to_token, full_to_state, sps,
+                   ring)
+        return _prefill_generate(compress_ratio, x, out_x, loc, seq_lens, extend_lens, num_q_tokens, use_cuda_graph,
+                                 mtp_pad)
+
+    @staticmethod
+    def generate_legacy(compress_ratio: int, req_pool_indices: Any, seq_lens: Any, extend_lens: Any,
+                        num_q_tokens: int, device: Any, use_cuda_graph: bool = False, *,
+                        mtp_pad: int = 0) -> "CompressorPrefillPlan":
+        """SGLang's legacy prefill planner (page = rid; its write rule persists the open window only:
+        mtp_pad 0). The plans go to ``device``."""
+        _ratio(compress_ratio)
+        x = _host_checked(seq_lens, extend_lens, num_q_tokens)
+        torch = sys.modules.get("torch")
+        rid = req_pool_indices
+        if torch is not None and isinstance(rid, torch.Tensor) and device is not None:
+            rid = rid.to(device)
+        out_x = _Xp(rid)
+        return _prefill_generate(compress_ratio, x, out_x, _Loc(out_x, "legacy", rid), seq_lens, extend_lens,
+                                 num_q_tokens, use_cuda_graph, mtp_pad)
+
+
+def _host_checked(seq_lens: Any, extend_lens: Any, num_q_tokens: Any) -> _Xp:
+    """The planner's host checks (SGLang's: 0 < extend_len <= seq_len, the rows add up to num_q_tokens, at most
+    65535 rows) where the lengths are in host memory; device lengths are not read (no synchronisation)."""
+    n = _int(num_q_tokens, "num_q_tokens", _INT32)
+    if not 0 <= n <= 65535:
+        raise ValueError(f"num_q_tokens: {n}; a prefill call holds at most 65535 rows (ragged_id is a u16)")
+    x = _Xp(seq_lens)
+    if x.torch is None or x.device.type == "cpu":
+        seq, ext = (x.i64(a) for a in (seq_lens, extend_lens))
+        if seq.shape != ext.shape:
+            raise ValueError(f"extend_lens: {tuple(ext.shape)} lengths, seq_lens {tuple(seq.shape)}")
+        bad = (ext <= 0) | (ext > seq)
+        if bool(bad.any()):
+            raise ValueError("extend_lens: every request needs 0 < extend_len <= seq_len (SGLang's planner check)")
+        if int(ext.sum()) != n:
+            raise ValueError(f"num_q_tokens: {n}, but extend_lens add up to {int(ext.sum())}")
+    return x
+
+
+def _prefill_generate(ratio: int, x: _Xp, out_x: _Xp, loc: _Loc, seq_lens: Any, extend_lens: Any, n: int,
+                      use_cuda_graph: bool, mtp_pad: int) -> CompressorPrefillPlan:
+    pad = _int(mtp_pad, "mtp_pad", _INT32)
+    on_device = x.torch is not None and x.device.type != "cpu"
+    pad_to = n if (on_device or use_cuda_graph) else None
+    if pad_to is None and out_x.torch is not None and out_x.device.type != "cpu":
+        # host lengths, device tables: the counts from the host, the rows on the device (one copy of the lengths)
+        seq_h, ext_h = x.i64(seq_lens), x.i64(extend_lens)
+        hc, hw = _prefill_plans(x, _Loc(x, "legacy", x.arange(seq_h.shape[0])), seq_h, ext_h, n, None, pad)
+        c, w = _prefill_plans(out_x, loc, seq_h, ext_h, n, n, pad)
+        return CompressorPrefillPlan(ratio, c[:hc.shape[0]], w[:hw.shape[0]], None)
+    c, w = _prefill_plans(out_x, loc, seq_lens, extend_lens, n, pad_to, pad)
+    return CompressorPrefillPlan(ratio, c, w, None)
