@@ -25,7 +25,10 @@ n=$(ls "$scratch"/readme_*.c | wc -l)
 [ "$n" -ge 3 ] || fail "expected at least 3 C snippets in README.md, found $n"
 for f in "$scratch"/readme_*.c; do
   if grep -q C128_IMPLEMENTATION "$f"; then
-    q nvcc -std=c++17 -gencode arch=compute_90,code=sm_90 -I. -x cu -c "$f" -o "$f.o"
+    # The snippet, not the table, is what is checked: test/bare_rows.h's four rows (unless it has its own).
+    rows=(-include test/bare_rows.h)
+    ! grep -q C128_INSTANCES "$f" || rows=()
+    q nvcc -std=c++17 -gencode arch=compute_90,code=sm_90 -I. "${rows[@]}" -x cu -c "$f" -o "$f.o"
     continue
   fi
   for lang in c c++; do
