@@ -2229,30 +2229,34 @@ Test(cpu, attack_planner_plans_struct_changing_during_the_call) { /* class 4 */
   ring.state_pages = 64;
   c128_request batch[40];
   for (int i = 0; i < 40; ++i) batch[i] = (c128_request){i, 130 + i, 3}; /* 3 writes each, no compress */
+  arena A;
+  unsigned char *m = arena_make(&A, CAP * 16 + CAP * 8);
+  c128_compress_plan *cp = (c128_compress_plan *)m;
+  c128_write_plan *wp = (c128_write_plan *)(m + CAP * 16);
+  c128_request *req = (c128_request *)(wp + 40 * 3); /* past the 120 write entries */
+  /* One flipper for every call: it flips pad_to_capacity from before the first call to after
+     the last, so each call runs with the field changing under it. */
+  c128_prefill_plans p = {cp, wp, CAP, 0, -7, -7};
+  flipper f = {&p.pad_to_capacity, 0, 0};
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, flip, &f), 0);
+  while (!__atomic_load_n(&f.started, __ATOMIC_ACQUIRE)) {
+  }
   int overwritten = 0, refused = 0, planned = 0;
   for (int it = 0; it < ITERS && !overwritten; ++it) {
-    arena A;
-    unsigned char *m = arena_make(&A, CAP * 16 + CAP * 8);
-    c128_compress_plan *cp = (c128_compress_plan *)m;
-    c128_write_plan *wp = (c128_write_plan *)(m + CAP * 16);
-    c128_request *req = (c128_request *)(wp + 40 * 3); /* past the 120 write entries */
     memcpy(req, batch, sizeof batch);
-    c128_prefill_plans p = {cp, wp, CAP, 0, -7, -7};
-    flipper f = {&p.pad_to_capacity, 0, 0};
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, flip, &f), 0);
-    while (!__atomic_load_n(&f.started, __ATOMIC_ACQUIRE)) {
-    }
+    p.compress = cp, p.write = wp, p.capacity = CAP, p.num_compress = p.num_write = -7;
     const c128_status st = c128_plan_prefill(&ring, req, 40, 0, &p);
-    __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
-    pthread_join(th, NULL);
     if (st == C128_ERROR_ALIASED) ++refused;
     else if (st == C128_SUCCESS) ++planned;
     else cr_assert_fail("status %s", STATUS(st));
     overwritten = memcmp(req, batch, sizeof batch) != 0;
-    arena_free(&A);
   }
+  __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
+  pthread_join(th, NULL);
+  arena_free(&A);
   cr_log_info("%d planned, %d refused as aliased", planned, refused);
   cr_assert(!overwritten, "the planner padded over the request array after checking the unpadded extent "
                           "(pad_to_capacity read twice)");
+  cr_assert(planned > 0 && refused > 0, "the flips reached no call (%d planned, %d refused)", planned, refused);
 }

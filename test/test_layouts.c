@@ -442,10 +442,11 @@ static c128_status run_batch(const batch *b, store *s, void *out, int reverse, i
   store cpu;
   void *cpu_out = NULL;
   const size_t out_bytes = (size_t)b->out_rows * b->out_row;
-  if (b->be == BACKEND_GPU) cpu = store_dup(s), cpu_out = clone_bytes(out, out_bytes);
-  const c128_status st = b->be == BACKEND_GPU && b->guarded ? launch_guarded(b, s, out, group)
-                                                            : launch_on(b, b->be, s, out, reverse, group);
-  if (b->be == BACKEND_GPU) {
+  const int gpu = b->be == BACKEND_GPU; /* read once: the calls below could change *b for all the analyzer knows */
+  if (gpu) cpu = store_dup(s), cpu_out = clone_bytes(out, out_bytes);
+  const c128_status st =
+      gpu && b->guarded ? launch_guarded(b, s, out, group) : launch_on(b, b->be, s, out, reverse, group);
+  if (gpu) {
     cr_assert_eq(launch_on(b, BACKEND_CPU, &cpu, cpu_out, 0, group), st, "%s: GPU %s", what, c128_status_string(st));
     char name[300];
     snprintf(name, sizeof name, "%s: GPU vs host runner state", what);
@@ -722,6 +723,7 @@ static void hostile_run(batch *b, const lay *l, const int *good, int ngood, cons
   int64_t first = -1;
   for (int64_t k = 0; k < nplans && first < 0; ++k)
     if (why[k]) first = k;
+  cr_assert(first >= 0, "%s: a hostile batch without a bad plan", name);
   const c128_decode_args da = decode_args_of(b, &s, NULL, 0);
   const c128_prefill_args pa = prefill_args_of(b, &s, NULL, 0);
   c128_status st = b->decode ? c128_check_decode_plans(&da, &rep) : c128_check_prefill_plans(&pa, &rep);
@@ -1119,7 +1121,7 @@ Test(cpu, layout_checker_conflicts_through_the_table) {
       c128_decode_args da = decode_args_of(&b, &s, out, 1);
       if (order == 0)
         snprintf(want, sizeof want, "writes %s %lld, which plan 0 reads in its window", plane_name,
-                 (long long)(phys + 2));
+                 (long long)phys + 2);
       else snprintf(want, sizeof want, "its window reads %s", plane_name);
       expect_named(c128_check_decode_plans(&da, &rep), &rep, C128_PLAN_DECODE, 1, want, "decode conflict", b.r.seed);
       cr_assert_eq(host_raced(&da, NULL, race, sizeof race), C128_ERROR_RACE_DETECTED, "plane %d order %d", plane,
