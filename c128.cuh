@@ -105,7 +105,9 @@
      outside the state, input, output and plan arrays. The plan checkers accept exactly the
      arguments the launches accept. A call with nothing to do (decode batch 0, prefill with no
      plans) succeeds once its sizes, dtypes and layout pass, without looking at its tensors:
-     NULL, misaligned or overlapping pointers are refused only where there is work.
+     NULL, misaligned or overlapping pointers are refused only where there is work. ape is
+     work wherever it is read: a window can be written (output rows or cache pages), or a
+     biased state (state_layout.score_biased) stores a row, which adds ape to its score.
 
    BUFFERS
      Contiguous, row-major. Alignment: state and input at two elements of their dtype (a pair is
@@ -486,7 +488,7 @@ typedef struct c128_decode_args {
   void *state;                   /* [state_pages, 128, 2 * head_dim] */
   int64_t state_pages;           /* physical pages of this rank's view */
   const void *input;             /* [batch, 2 * head_dim]: kv | score of each new token */
-  const float *ape;              /* [128, head_dim], always f32 */
+  const float *ape;              /* [128, head_dim], always f32; read by windows and biased state writes */
   void *output;                  /* [output_rows, head_dim]; row b written only at a boundary */
   int64_t output_rows;           /* >= batch without output_index; unused for cache entries */
   const c128_decode_plan *plans; /* [batch] */
@@ -2517,21 +2519,25 @@ static c128_status c128__check_entry(const c128_entry_args *e, c128__trait t, c1
 
 /* Pointers and extents of a launch. Every tensor a kernel writes (state, score plane, output or
    cache) overlaps nothing else of the call; read-only ones (input, ape, plans, tables, index,
-   gamma, RoPE table) may overlap each other. */
+   gamma, RoPE table) may overlap each other. A tensor the call never reads goes unchecked: the
+   output (or cache, gamma and RoPE table) when no window can be written, and ape when in
+   addition no biased score is stored (`stores`: the call persists state rows). */
 static c128_status c128__check_tensors(c128__trait t, const c128__shape_of *shape, void *state, int64_t state_pages,
                                        const c128_state_layout *lay, const void *input, int64_t input_rows,
                                        const float *ape, void *output, int64_t output_rows, const int64_t *index,
                                        int64_t index_rows, const c128_entry_args *e, const c128__extent *plans,
-                                       int num_plans) {
+                                       int num_plans, int stores) {
   const int entry = e->kind != C128_OUTPUT_POOLED;
   const int need_output = entry ? e->cache_pages > 0 : output_rows > 0; /* else no window can be written */
-  if (!state || !input || (need_output && (!ape || (entry ? !e->cache || !e->norm_weight || !e->rope_table : !output))))
+  const int need_ape = need_output || (shape->layout && lay->score_biased && stores); /* biased writes add ape */
+  if (!state || !input || (need_ape && !ape) ||
+      (need_output && (entry ? !e->cache || !e->norm_weight || !e->rope_table : !output)))
     return C128_ERROR_NULL_POINTER;
   /* Vector accesses: a pair of elements is one access; outputs are stored singly. */
   if (c128__misaligned(state, 2 * (size_t)c128__dtype_bytes(t.buf)) ||
       c128__misaligned(lay->score_plane, 2 * (size_t)c128__dtype_bytes(t.buf)) ||
       c128__misaligned(input, 2 * (size_t)c128__dtype_bytes(t.in)) ||
-      (need_output && c128__misaligned(ape, 2 * sizeof(float))) ||
+      (need_ape && c128__misaligned(ape, 2 * sizeof(float))) ||
       (need_output && !entry && c128__misaligned(output, (size_t)c128__dtype_bytes(t.out))) ||
       (need_output && entry &&
        (c128__misaligned(e->cache, 4) || c128__misaligned(e->norm_weight, 4) || c128__misaligned(e->rope_table, 8))))
@@ -2548,7 +2554,7 @@ static c128_status c128__check_tensors(c128__trait t, const c128__shape_of *shap
                                     entry ? (uint64_t)e->cache_pages * (uint64_t)e->page_bytes
                                           : (uint64_t)output_rows * t.head_dim * c128__dtype_bytes(t.out)}};
   const c128__extent read[8] = {{input, (uint64_t)input_rows * C128_ROW_ELEMS(t.head_dim) * c128__dtype_bytes(t.in)},
-                                {need_output ? ape : NULL, (uint64_t)C128_WINDOW * t.head_dim * sizeof(float)},
+                                {need_ape ? ape : NULL, (uint64_t)C128_WINDOW * t.head_dim * sizeof(float)},
                                 {written[2].ptr, written[2].bytes},
                                 {shape->layout ? lay->block_table : NULL, table},
                                 {shape->layout ? lay->score_block_table : NULL, table},
@@ -2588,7 +2594,7 @@ static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait 
   /* The kernel reads input rows below batch only, and without an index writes output rows below it. */
   return c128__check_tensors(t, shape, a->state, a->state_pages, &a->state_layout, a->input, a->batch, a->ape,
                              a->output, compact ? a->batch : a->output_rows, a->output_index, a->batch, &a->entry,
-                             &plans, 1);
+                             &plans, 1, 1);
 }
 
 static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trait t, int tensors,
@@ -2616,7 +2622,7 @@ static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trai
   /* Compress plan k writes output row k without an index: rows below num_compress only. */
   return c128__check_tensors(t, shape, a->state, a->state_pages, &a->state_layout, a->input, a->input_rows, a->ape,
                              a->output, compact ? a->num_compress : a->output_rows, a->output_index, a->input_rows,
-                             &a->entry, plans, 2);
+                             &a->entry, plans, 2, a->num_write > 0);
 }
 
 static c128__params c128__base_params(void *state, int64_t state_pages, const void *input, int64_t input_rows,

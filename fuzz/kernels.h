@@ -539,10 +539,8 @@ static void fz_mode_prefill(fz_reader *r) {
                  I->name, (long long)P, (long long)N, (long long)NC, (long long)NW, (long long)O, lay.rank, lay.size,
                  lay.pages_per_rank, corrupt, flags, style, wgroup);
   /* open bug 8: an output index on a sharded state runs the kernel of any layout, which ignores the
-     shared layout; open bug 7: biased state writes read ape, checked only where windows are written */
+     shared layout */
   if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
-  const int corrupt_in =
-      fz_guard(7) && x.lsel && ((x.fsel >> 1) & 1) && (corrupt == 3 || corrupt == 9 || corrupt == 24) ? 0 : corrupt;
   fz_build_ext(&x, D, fz_es(I->buf), P, span, N, O, -1);
   fz_ext_context(&x);
 
@@ -594,12 +592,12 @@ static void fz_mode_prefill(fz_reader *r) {
    &(v).entry}
 #define FZ_PREFILL_TENSORS(v) \
   { (v).state, (v).input, (v).ape, (v).output }
-  fz_corrupt_prefill(&a, corrupt_in);
+  fz_corrupt_prefill(&a, corrupt);
   { /* aliasing (19..24) and the new pointers' corruptions: kept where the launch must refuse them */
     const c128_prefill_args b = a;
     const void *plans = a.compress_plans;
-    if (corrupt_in >= 19) {
-      fz_alias(corrupt_in, &a.state, &a.input, &a.ape, &a.output, &plans);
+    if (corrupt >= 19) {
+      fz_alias(corrupt, &a.state, &a.input, &a.ape, &a.output, &plans);
       a.compress_plans = (const c128_compress_plan *)plans;
     }
     const c128_prefill_args c = a;
@@ -609,7 +607,7 @@ static void fz_mode_prefill(fz_reader *r) {
     for (int pass = 0; pass < 2; ++pass) {
       const m_args ma = FZ_PREFILL_M_ARGS(a);
       const m_tensors_of tt = FZ_PREFILL_TENSORS(a);
-      const int aliasing = pass == 0 ? x.xc >= 11 && x.xc <= 19 : corrupt_in >= 19;
+      const int aliasing = pass == 0 ? x.xc >= 11 && x.xc <= 19 : corrupt >= 19;
       if (aliasing && m_launch_status(&ma, I, typed, &tt) == C128_SUCCESS) a = pass == 0 ? c : b;
     }
   }
@@ -888,10 +886,8 @@ static void fz_mode_decode(fz_reader *r) {
                  "%d flags 0x%02x style %d requests_per_block %d",
                  I->name, (long long)P, (long long)B, (long long)O, lay.rank, lay.size, lay.pages_per_rank, corrupt,
                  flags, style, group);
-  /* open bugs 8 and 7, as in mode 1 */
+  /* open bug 8, as in mode 1 */
   if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
-  const int corrupt_in =
-      fz_guard(7) && x.lsel && ((x.fsel >> 1) & 1) && (corrupt == 3 || corrupt == 9 || corrupt == 24) ? 0 : corrupt;
   fz_build_ext(&x, D, fz_es(I->buf), P, span, B, O, -1);
   fz_ext_context(&x);
 
@@ -930,12 +926,12 @@ static void fz_mode_decode(fz_reader *r) {
 #define FZ_DECODE_TENSORS(v) \
   { (v).state, (v).input, (v).ape, (v).output }
   const int compact_clean = !x.isel && !(x.esel && x.en.kind != C128_OUTPUT_POOLED);
-  if (!(corrupt_in == 17 && !compact_clean && B - 1 > O)) fz_corrupt_decode(&a, corrupt_in); /* 17: no rows past O */
+  if (!(corrupt == 17 && !compact_clean && B - 1 > O)) fz_corrupt_decode(&a, corrupt); /* 17: no rows past O */
   {
     const c128_decode_args b = a;
     const void *pl = a.plans;
-    if (corrupt_in >= 19) {
-      fz_alias(corrupt_in, &a.state, &a.input, &a.ape, &a.output, &pl);
+    if (corrupt >= 19) {
+      fz_alias(corrupt, &a.state, &a.input, &a.ape, &a.output, &pl);
       a.plans = (const c128_decode_plan *)pl;
     }
     const c128_decode_args c = a;
@@ -945,7 +941,7 @@ static void fz_mode_decode(fz_reader *r) {
     for (int pass = 0; pass < 2; ++pass) {
       const m_args ma = FZ_DECODE_M_ARGS(a);
       const m_tensors_of tt = FZ_DECODE_TENSORS(a);
-      const int aliasing = pass == 0 ? x.xc >= 11 && x.xc <= 19 : corrupt_in >= 19;
+      const int aliasing = pass == 0 ? x.xc >= 11 && x.xc <= 19 : corrupt >= 19;
       if (aliasing && m_launch_status(&ma, I, typed, &tt) == C128_SUCCESS) a = pass == 0 ? c : b;
     }
   }

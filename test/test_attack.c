@@ -1547,6 +1547,85 @@ Test(cpu, attack_property_first_offending_plan) { /* class 14 */
   cr_assert(named > 1000);
 }
 
+/* ---- class 15: a tensor the launch reads in calls that it did not check it for ------------- */
+/* A biased state (c128_state_layout.score_biased, DESIGN 5.9) stores score + ape[slot]: every
+   state write reads ape, also in a call that writes no window (decode with an output index and
+   no output rows, prefill with write plans only). The launches required, aligned and
+   alias-checked ape only where a window could be written, and then read a NULL ape (a crash on
+   the CPU, a fault or a misaligned load on the GPU). Such a call is now refused like any other
+   whose ape is NULL, misaligned or inside a written tensor, and writes nothing; with a good ape
+   exactly the planned rows change, each score its input plus ape's row, rounded once. The
+   checker, which never looks at tensors, accepts the same arguments. */
+static void expect_biased_rows(const tensors *t, const void *state0, c128_dtype buf, const int32_t *loc,
+                               const int64_t *src, int n, const char *what, uint64_t seed) {
+  const size_t bytes = sizeof t->state;
+  unsigned char *want = clone_bytes(state0, bytes);
+  for (int k = 0; k < n; ++k)
+    for (int c = 0; c < 2 * D; ++c) {
+      const float x = t->input[src[k] * 2 * D + c];
+      const float v = c < D ? x : x + t->ape[(loc[k] % 128) * D + (c - D)];
+      elem_set(want, (size_t)loc[k] * 2 * D + (size_t)c, buf, v);
+    }
+  cr_assert(memcmp(t->state, want, bytes) == 0, "%s (seed %llu): the state is not the planned rows' biased input", what,
+            (unsigned long long)seed);
+  free(want);
+}
+
+Test(cpu, attack_biased_writes_need_ape) { /* class 15 */
+  rng r = rng_fresh();
+  const c128_dtype bufs[2] = {C128_F32, C128_BF16};
+  for (int it = 0; it < 8; ++it) {
+    const c128_dtype buf = bufs[it % 2];
+    const int decode = (it / 2) % 2, with_entries = it / 4; /* no output rows, or no cache pages */
+    tensors *t = tensors_make(&r);
+    /* two rows of two different pages, slot 127 excluded (a boundary would compress) */
+    int32_t loc[2];
+    loc[0] = (int32_t)(rng_below(&r, PAGES / 2) * 128 + rng_below(&r, 127));
+    loc[1] = (int32_t)((PAGES / 2 + rng_below(&r, PAGES / 2)) * 128 + rng_below(&r, 127));
+    const int64_t src[2] = {decode ? 0 : rng_below(&r, ROWS / 2), decode ? 1 : ROWS / 2 + rng_below(&r, ROWS / 2)};
+    int64_t index[ROWS];
+    for (int k = 0; k < ROWS; ++k) index[k] = rng_below(&r, 4);
+    c128_state_layout biased;
+    memset(&biased, 0, sizeof biased);
+    biased.block_rows = 128, biased.score_biased = 1;
+    c128_entry_args entries;
+    memset(&entries, 0, sizeof entries);
+    entries.kind = C128_OUTPUT_DSV4_BF16, entries.norm_eps = 1e-6f, entries.entries_per_page = 1;
+    entries.page_bytes = 2 * D, entries.cache_pages = 0; /* the cache, gamma and RoPE table go unread */
+    c128_decode_args d = decode_of(t);
+    c128_prefill_args p = prefill_of(t);
+    d.state_dtype = p.state_dtype = buf, d.state_layout = p.state_layout = biased;
+    for (int k = 0; k < 2; ++k)
+      t->dplans[k] = (c128_decode_plan){(uint32_t)(loc[k] % 128 + 1), loc[k], 0, loc[k] / 128};
+    d.output_index = index, d.output_rows = 0;
+    for (int k = 0; k < 2; ++k) t->wplans[k] = (c128_write_plan){(uint32_t)src[k], loc[k]};
+    p.num_compress = 0, p.output_rows = 0;
+    if (with_entries) d.entry = p.entry = entries, d.output = p.output = NULL;
+    void *state0 = clone_bytes(t->state, sizeof t->state), *out0 = clone_bytes(t->out, sizeof t->out);
+    const float *apes[4] = {NULL, t->ape + 1, t->state, t->ape}; /* NULL, 4-byte aligned, inside the state, good */
+    const c128_status want[4] = {C128_ERROR_NULL_POINTER, C128_ERROR_MISALIGNED, C128_ERROR_ALIASED, C128_SUCCESS};
+    for (int k = 0; k < 4; ++k) {
+      d.ape = p.ape = apes[k];
+      char msg[200];
+      const c128_host_options o = cpu_options(k % 2, msg, sizeof msg);
+      const c128_status st = decode ? c128_decode_host(&d, &o) : c128_prefill_host(&p, &o);
+      char what[96];
+      snprintf(what, sizeof what, "%s, %s state, %s, ape %d", decode ? "decode" : "prefill",
+               buf == C128_F32 ? "f32" : "bf16", with_entries ? "no cache pages" : "no output rows", k);
+      cr_assert_eq(st, want[k], "%s: %s, want %s (%s)", what, STATUS(st), STATUS(want[k]), msg);
+      c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
+      const c128_status check = decode ? c128_check_decode_plans(&d, &rep) : c128_check_prefill_plans(&p, &rep);
+      cr_assert_eq(check, C128_SUCCESS, "%s: the checker: %s", what, STATUS(check));
+      expect_check_equals_launch(check, st, what);
+      cr_assert(memcmp(t->out, out0, sizeof t->out) == 0, "%s: the output changed", what);
+      if (st != C128_SUCCESS)
+        cr_assert(memcmp(t->state, state0, sizeof t->state) == 0, "%s: a refused call wrote the state", what);
+      else expect_biased_rows(t, state0, buf, loc, src, 2, what, r.seed);
+    }
+    free(state0), free(out0), free(t);
+  }
+}
+
 /* ---- every public entry point: NULL, garbage, each size field at its edges ---------------- */
 typedef struct field {
   const char *name;
