@@ -1128,11 +1128,16 @@ typedef struct c128__dest {
 } c128__dest;
 
 /* Kernels of any layout (DESIGN 5.9): the physical row of a logical one in the plane that
-   `table` maps, or -1. Without a table logical rows are physical; with one, logical row =
-   table row << row_shift | position, and the row is table[table row][position / B] * B +
-   position % B. */
+   `table` maps, or -1. Without a table logical rows are physical, or on a sharded state (today's
+   layout with an output index: sharding comes with no other layout) rows of logical pages that
+   c128__physical_page translates, as today's kernels do; with one, logical row = table row <<
+   row_shift | position, and the row is table[table row][position / B] * B + position % B. */
 C128__FN int64_t c128__table_row(const c128__params *p, const int32_t *table, int64_t logical) {
   if (logical < 0) return -1;
+  if (!table && p->size > 1) { /* logical < 2^31 * 128: plans name pages in int32 */
+    const int64_t page = c128__physical_page(p, (int32_t)(logical >> C128__LOG2_WINDOW));
+    return page < 0 ? -1 : page * C128_WINDOW + (logical & (C128_WINDOW - 1));
+  }
   if (!table) return logical < p->state_pages << p->more->block_shift ? logical : -1;
   const int64_t row = logical >> p->more->row_shift, at = logical & (((int64_t)1 << p->more->row_shift) - 1);
   const int64_t column = at >> p->more->block_shift;
@@ -1224,7 +1229,7 @@ C128__FN int c128__decode_prepare(const c128__params *p, c128__trait t, int64_t 
   if (t.layout) {
     job->write_row = c128__rows_of(p, plan.write_loc);
     if (job->write_row.kv < 0 || job->write_row.score < 0) return C128__BAD_WRITE_PAGE;
-    job->write = 1;
+    job->write = c128__owned(p, plan.write_loc / C128_WINDOW); /* a sharded state's other ranks' slots */
   } else {
     const int32_t write_page = plan.write_loc / C128_WINDOW;
     const int64_t write_phys = c128__physical_page(p, write_page);

@@ -538,9 +538,6 @@ static void fz_mode_prefill(fz_reader *r) {
                  "layout {%d, %d, %d} corruption %d flags 0x%02x style %d windows_per_block %d",
                  I->name, (long long)P, (long long)N, (long long)NC, (long long)NW, (long long)O, lay.rank, lay.size,
                  lay.pages_per_rank, corrupt, flags, style, wgroup);
-  /* open bug 8: an output index on a sharded state runs the kernel of any layout, which ignores the
-     shared layout */
-  if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
   fz_build_ext(&x, D, fz_es(I->buf), P, span, N, O, -1);
   fz_ext_context(&x);
 
@@ -886,8 +883,6 @@ static void fz_mode_decode(fz_reader *r) {
                  "%d flags 0x%02x style %d requests_per_block %d",
                  I->name, (long long)P, (long long)B, (long long)O, lay.rank, lay.size, lay.pages_per_rank, corrupt,
                  flags, style, group);
-  /* open bug 8, as in mode 1 */
-  if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
   fz_build_ext(&x, D, fz_es(I->buf), P, span, B, O, -1);
   fz_ext_context(&x);
 
