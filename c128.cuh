@@ -123,10 +123,11 @@
      give, the planners the entries they will write (capacity when padding, the counts else).
 
    ALLOCATION
-     Launches and the device planners allocate nothing. The host planners take host scratch
-     (a copy of the requests and a table of the pages the batch writes, sized from the batch:
-     up to 4 KiB each on the stack, calloc beyond), the plan checkers 48 bytes per plan, the
-     host runner's race checker a shadow of what it touches (capped by
+     Launches and the device planners allocate nothing (the latter's workspace, at least
+     512 KiB, holds their table of what the batch writes). The host planners take host scratch
+     (a copy of the requests and a table of the pages or blocks the batch writes, sized from the
+     batch: up to 4 KiB each on the stack, calloc beyond), the plan checkers 48 bytes per plan,
+     the host runner's race checker a shadow of what it touches (capped by
      c128_host_options.checker_limit_bytes); each returns C128_ERROR_OUT_OF_MEMORY when it
      cannot have them.
 
@@ -142,7 +143,8 @@
      kernel you launch after ours with PDL must itself execute griddepcontrol.wait
      (cudaGridDependencySynchronize) before it reads our outputs, as PDL requires of every
      dependent. Context-parallel state: pages of different live requests must be distinct; the
-     planners refuse a batch in which two requests write one page (C128_ERROR_PAGE_SHARED).
+     planners refuse a batch in which two requests write one page, or with a block table one
+     block, or a decode window reads a block the batch writes (C128_ERROR_PAGE_SHARED).
 
    NUMERICS (DESIGN 8)
      All arithmetic after loading is fp32, with explicit round-to-nearest operations and a fixed
@@ -334,7 +336,7 @@ typedef enum c128_instance_id {
   X(C128_ERROR_INVALID_PLAN, 21, "a plan is invalid (see the checker's message)")                                  \
   X(C128_ERROR_INVALID_GROUP, 22, "requests_per_block or windows_per_block is negative or too large")              \
   X(C128_ERROR_ALIASED, 23, "two arguments overlap that must not (see ALIASING)")                                  \
-  X(C128_ERROR_PAGE_SHARED, 24, "two requests of one batch would write the same state page")                       \
+  X(C128_ERROR_PAGE_SHARED, 24, "two requests (or ring chunks) of one batch would share a state page or block")    \
   X(C128_ERROR_INVALID_STATE_LAYOUT, 25, "state_layout: block_rows, row_shift or the block table is out of range") \
   X(C128_ERROR_INVALID_ENTRY, 26, "entry: unknown output kind, or a cache, page or table size out of range")       \
   X(C128_ERROR_UNSUPPORTED_DEVICE, 27, "cache-entry output needs thread-block clusters (sm_90 or newer)")          \
@@ -634,8 +636,9 @@ typedef struct c128_ring {
   int32_t write_all;
   /* The kernels' state layout, the value the launches get (zero: today's). With a block table,
      plans name logical rows: R = 2^row_shift (ring_tokens 0 or that), page(rid, pos) = rid * R /
-     128 + (pos mod R) / 128 for rid < table_rows, no page_table; and every block a plan reads or
-     writes must be allocated: an entry in [0, state_pages) that is not the null block. */
+     128 + (pos mod R) / 128 for rid < table_rows, no page_table; every block a plan reads or
+     writes must be allocated: an entry in [0, state_pages) that is not the null block; and a
+     block the batch writes belongs to one request and one column (PAGE_SHARED otherwise). */
   c128_state_layout state_layout;
   int32_t has_null_block, null_block; /* a table entry that marks a missing block (vLLM's block 0) */
   int64_t rope_positions;             /* > 0: every window must start below it (the RoPE table's rows) */
@@ -3421,19 +3424,39 @@ C128__FN c128_status c128__decode_plan_of(const c128_ring *r, c128_request q, c1
   return C128_SUCCESS;
 }
 
-/* The pages a batch writes, each owned by one request: an open-addressing table of
-   (page + 1) << 32 | request, 0 = empty, with at least twice as many slots as pages it will
-   hold. Insertion is lock-free, so the device planner's threads share it; a page met with
-   another request's id marks the batch. */
-C128__FN int64_t c128__claim_slots(int64_t pages) {
+/* What a batch writes, each part claimed once (DESIGN 5.7 item 4): the page of every ring chunk a
+   request writes, or with a block table the physical block of every table column it writes, in
+   each plane's table. An open-addressing table of key << 32 | (request + 1), 0 = empty, with at
+   least twice as many slots as claims. Insertion is lock-free, so the device planner's threads
+   share it; a key claimed a second time marks the batch: another request writes the part, or
+   another chunk or column of the same request (a page-table or block-table row that names one
+   part twice: their rows would collide). */
+C128__FN int64_t c128__claim_slots(int64_t claims) {
   int64_t slots = 64;
-  while (slots < 2 * pages) slots *= 2;
+  while (slots < 2 * claims) slots *= 2;
   return slots;
 }
-/* The device workspace's table, sized before any request is read: the pages a batch can write
-   before its row limit (512 + 2 per request). The host planners size theirs from the batch. */
+/* A claimed part's rows (log2: a page's, or a block's) and the tables claimed (a score table is
+   a plane of its own). */
+C128__FN int c128__claim_shift(const c128_ring *r) {
+  return c128__tabled(r) ? c128__log2_exact(r->state_layout.block_rows ? r->state_layout.block_rows : C128_WINDOW)
+                         : C128__LOG2_WINDOW;
+}
+C128__FN int c128__claim_planes(const c128_ring *r) {
+  return 1 + (c128__tabled(r) && r->state_layout.score_block_table != NULL);
+}
+/* The most claims of a request that writes `count` positions (the parts they span, each plane),
+   and of a batch of `requests` within its row limit: claims are made only for a batch that passed
+   every other check. The device workspace holds the largest table any ring needs (blocks of 8
+   rows in two planes), sized before any request is read; the planners use their ring's. */
+C128__FN int64_t c128__claims_of(const c128_ring *r, int64_t count) {
+  return c128__claim_planes(r) * ((count >> c128__claim_shift(r)) + 2);
+}
+C128__FN int64_t c128__ring_claim_slots(const c128_ring *r, int64_t requests) {
+  return c128__claim_slots(c128__claim_planes(r) * ((C128_MAX_PREFILL_ROWS >> c128__claim_shift(r)) + 2 * requests));
+}
 C128__FN int64_t c128__page_table_slots(int64_t requests) {
-  return c128__claim_slots(C128_MAX_PREFILL_ROWS / C128_WINDOW + 2 * requests);
+  return c128__claim_slots(2 * ((C128_MAX_PREFILL_ROWS >> 3) + 2 * requests));
 }
 C128__FN uint64_t c128__cas64(uint64_t *slot, uint64_t expected, uint64_t desired) {
 #ifdef __CUDA_ARCH__
@@ -3444,32 +3467,77 @@ C128__FN uint64_t c128__cas64(uint64_t *slot, uint64_t expected, uint64_t desire
   return old;
 #endif
 }
-/* Records that request `req` writes `page`; returns 0 when another request already does. */
-C128__FN int c128__claim_page(uint64_t *table, int64_t slots, int32_t page, int64_t req) {
-  const uint64_t word = ((uint64_t)(uint32_t)page + 1) << 32 | (uint32_t)req;
-  int64_t i = (int64_t)(((uint64_t)page * 0x9E3779B97F4A7C15ull) >> 40) & (slots - 1);
+C128__FN int64_t c128__claim_home(int64_t key, int64_t slots) {
+  return (int64_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 40) & (slots - 1);
+}
+/* Claims `key` (below 2^32) for request `req`; 0 when it is claimed already. */
+C128__FN int c128__claim(uint64_t *table, int64_t slots, int64_t key, int64_t req) {
+  const uint64_t word = (uint64_t)key << 32 | (uint32_t)(req + 1);
+  int64_t i = c128__claim_home(key, slots);
   for (int64_t probe = 0; probe < slots; ++probe, i = (i + 1) & (slots - 1)) {
     const uint64_t old = c128__cas64(&table[i], 0, word);
-    if (old == 0 || old == word) return 1;
-    if (old >> 32 == word >> 32) return 0;
+    if (old == 0) return 1;
+    if (old >> 32 == (uint64_t)key) return 0;
   }
-  return 1; /* full: only a batch past its row limit fills it, and that limit refuses it first */
+  return 1; /* full: never, the table has twice the slots of a batch's claims */
 }
-/* Claims the pages of the request's written positions (one per 128 positions); 0 if another
-   request writes one of them, or if two ring chunks of this request name one page (their slots
-   would collide: a page-table row naming a page twice). The written positions span less than R,
-   so one chunk's page is the same page wherever it recurs. */
+/* Whether `key` is claimed; read once every claim is made. */
+C128__FN int c128__claimed(const uint64_t *table, int64_t slots, int64_t key) {
+  int64_t i = c128__claim_home(key, slots);
+  for (int64_t probe = 0; probe < slots && table[i]; ++probe, i = (i + 1) & (slots - 1))
+    if (table[i] >> 32 == (uint64_t)key) return 1;
+  return 0;
+}
+/* The key of the part that holds logical row `row` (as plans name it) in plane `plane`: its page,
+   or with a block table plane << 31 | its block; -1 where a table names no block (only a table
+   changed during the call: the batch's blocks were checked). */
+C128__FN int64_t c128__claim_key(const c128_ring *r, int64_t row, int plane) {
+  const c128_state_layout *l = &r->state_layout;
+  if (!c128__tabled(r)) return row / C128_WINDOW;
+  const int64_t table_row = row >> l->row_shift;
+  const int64_t column = (row & (((int64_t)1 << l->row_shift) - 1)) >> c128__claim_shift(r);
+  if (table_row >= l->table_rows || column >= l->table_stride) return -1;
+  const int32_t block = (plane ? l->score_block_table : l->block_table)[table_row * l->table_stride + column];
+  return block < 0 ? -1 : (int64_t)plane << 31 | block;
+}
+/* Claims the parts of logical row `row`, one a plane, for request `req`; 0 when one is claimed. */
+C128__FN int c128__claim_row(const c128_ring *r, int64_t row, uint64_t *table, int64_t slots, int64_t req) {
+  for (int plane = 0; plane < c128__claim_planes(r); ++plane) {
+    const int64_t key = c128__claim_key(r, row, plane);
+    if (key >= 0 && !c128__claim(table, slots, key, req)) return 0;
+  }
+  return 1;
+}
+/* Claims what a request writes at positions first .. seq_len - 1: the part of each ring chunk (or
+   table column) they span, each chunk once. They span at most R positions, so a chunk recurs only
+   as the last one, the first chunk's other rows: it is not claimed again. 0 when a part is claimed
+   already. Positions and R fit int32: the chunk in 32 bits (a 64-bit remainder is a call, whose
+   saved registers spilled in the device planner). */
 C128__FN int c128__claim_written(const c128_ring *r, c128_request q, int64_t first, uint64_t *table, int64_t slots,
                                  int64_t req) {
-  const int64_t ring = c128__ring_tokens(r);
-  int32_t page, other;
-  for (int64_t pos = first; pos < q.seq_len; pos = (pos / C128_WINDOW + 1) * C128_WINDOW) {
+  const int shift = c128__claim_shift(r);
+  const int32_t ring = (int32_t)c128__ring_tokens(r), chunk0 = ((int32_t)first % ring) >> shift;
+  int32_t page;
+  for (int64_t pos = first; pos < q.seq_len; pos = ((pos >> shift) + 1) << shift) {
+    if (pos != first && ((int32_t)pos % ring) >> shift == chunk0) break;
     if (c128__ring_page(r, q.pool_index, pos, &page) != C128_SUCCESS) continue;
-    for (int64_t at = (pos / C128_WINDOW + 1) * C128_WINDOW; at < q.seq_len; at += C128_WINDOW)
-      if ((at % ring) / C128_WINDOW != (pos % ring) / C128_WINDOW &&
-          c128__ring_page(r, q.pool_index, at, &other) == C128_SUCCESS && other == page)
-        return 0;
-    if (!c128__claim_page(table, slots, page, req)) return 0;
+    if (!c128__claim_row(r, (int64_t)page * C128_WINDOW + pos % C128_WINDOW, table, slots, req)) return 0;
+  }
+  return 1;
+}
+/* A decode plan's boundary window reads window rows 0..126 from the state in the same launch in
+   which every plan writes its new row: with blocks smaller than a window, none of the window's
+   blocks may be one the batch writes, but the new token's own (its column). Blocks nobody writes
+   may be read by any number of requests (prefix caching). 0 when one is claimed. */
+C128__FN int c128__window_unclaimed(const c128_ring *r, c128_decode_plan d, const uint64_t *table, int64_t slots) {
+  const int shift = c128__claim_shift(r);
+  if (!d.seq_len || d.write_loc % C128_WINDOW != C128__LAST_ROW || shift >= C128__LOG2_WINDOW) return 1;
+  for (int64_t row = (int64_t)d.read_page_1 * C128_WINDOW; row < d.write_loc; row += (int64_t)1 << shift) {
+    if (row >> shift == d.write_loc >> shift) continue;
+    for (int plane = 0; plane < c128__claim_planes(r); ++plane) {
+      const int64_t key = c128__claim_key(r, row, plane);
+      if (key >= 0 && c128__claimed(table, slots, key)) return 0;
+    }
   }
   return 1;
 }
@@ -3523,14 +3591,14 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
   c128_request *q = (c128_request *)c128__scratch_get(&request_scratch, (size_t)num_requests * sizeof *q);
   if (!q) return C128_ERROR_OUT_OF_MEMORY;
   memcpy(q, requests, (size_t)num_requests * sizeof *q);
-  int64_t rows = 0, nc = 0, nw = 0, pages = 0;
+  int64_t rows = 0, nc = 0, nw = 0, claims = 0;
   for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i) {
     if ((st = c128__request_check(&r, q[i], verify)) != C128_SUCCESS || c128__absent(q[i])) continue;
     if (rows + q[i].extend_len > C128_MAX_PREFILL_ROWS) st = C128_ERROR_TOO_MANY_ROWS;
     const c128__shape s = c128__request_shape(&r, q[i]);
     if (st == C128_SUCCESS) st = c128__request_pages(&r, q[i], s);
     rows += q[i].extend_len, nc += s.num_compress, nw += s.num_write;
-    pages += s.num_write / C128_WINDOW + 2; /* the pages its written positions touch, at most */
+    claims += c128__claims_of(&r, s.num_write);
   }
   if (st == C128_SUCCESS && (nc > capacity || nw > capacity)) st = C128_ERROR_CAPACITY_TOO_SMALL;
   /* The entries this call writes (all of them when padding) overlap nothing it reads, nor each other. */
@@ -3543,7 +3611,7 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
        c128__arrays_overlap(plans, 1, sizeof *plans, compress, wc, sizeof *compress) ||
        c128__arrays_overlap(plans, 1, sizeof *plans, write, ww, sizeof *write)))
     st = C128_ERROR_ALIASED;
-  const int64_t slots = c128__claim_slots(pages);
+  const int64_t slots = c128__claim_slots(claims);
   uint64_t *claimed = NULL;
   if (st == C128_SUCCESS && !(claimed = (uint64_t *)c128__scratch_get(&claim_scratch, (size_t)slots * sizeof *claimed)))
     st = C128_ERROR_OUT_OF_MEMORY;
@@ -3598,7 +3666,7 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
   if (c128__arrays_overlap(requests, batch, sizeof *requests, plans, batch, sizeof *plans) ||
       c128__ring_overlaps(&r, plans, batch, sizeof *plans))
     return C128_ERROR_ALIASED;
-  const int64_t slots = c128__claim_slots(batch); /* one page per request */
+  const int64_t slots = c128__claim_slots(c128__claim_planes(&r) * batch); /* one part a plane per request */
   c128__scratch scratch;
   c128_decode_plan *d =
       (c128_decode_plan *)c128__scratch_get(&scratch, (size_t)batch * sizeof *d + (size_t)slots * sizeof(uint64_t));
@@ -3608,8 +3676,10 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
     const c128_request q = requests[b]; /* read once */
     st = c128__decode_plan_of(&r, q, &d[b]);
   }
+  for (int64_t b = 0; b < batch && st == C128_SUCCESS; ++b) /* the new rows, then the windows */
+    if (d[b].seq_len && !c128__claim_row(&r, d[b].write_loc, claimed, slots, b)) st = C128_ERROR_PAGE_SHARED;
   for (int64_t b = 0; b < batch && st == C128_SUCCESS; ++b)
-    if (d[b].seq_len && !c128__claim_page(claimed, slots, d[b].read_page_1, b)) st = C128_ERROR_PAGE_SHARED;
+    if (!c128__window_unclaimed(&r, d[b], claimed, slots)) st = C128_ERROR_PAGE_SHARED;
   if (st == C128_SUCCESS) memcpy(plans, d, (size_t)batch * sizeof *d);
   free(scratch.heap);
   return st;
@@ -3633,10 +3703,12 @@ C128_API c128_status c128_requests_from_lens(const int32_t *seq_lens, const int3
 }
 
 /* The device planners: two launches, each a block program of steps (as the kernels'), which
-   c128_plan_*_device_host runs on the CPU. Kernel 1 is one block: step 0 clears the written-page
-   table; then per chunk of 256 requests, a step in which thread t copies request base + t into
-   the workspace, checks it and counts its plans, and a step in which thread 0 turns the counts
-   into exclusive prefix sums and the first error; the last step publishes status and counts.
+   c128_plan_*_device_host runs on the CPU. Kernel 1 is one block: step 0 clears the claim table;
+   then per chunk of 256 requests, a step in which thread t copies request base + t into the
+   workspace, checks it and counts its plans, and a step in which thread 0 turns the counts into
+   exclusive prefix sums and the first error; then, if no request failed, a step in which every
+   thread claims what its requests write, and one in which it checks their decode windows against
+   the claims; the last step publishes status and counts.
    Kernel 2: one thread per plan slot finds its request by binary search over the sums and
    computes its plan from the workspace's copy. */
 #define C128__PLAN_THREADS 256
@@ -3682,7 +3754,7 @@ C128_API size_t c128_plan_workspace_size(int64_t num_requests) {
 }
 
 C128__FN int c128__plan_steps(const c128__plan_params *p) {
-  return 2 + 2 * (int)((p->a.num_requests + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS);
+  return 4 + 2 * (int)((p->a.num_requests + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS);
 }
 
 /* Request i of the device planner's batch, from a c128_request array or the engine's arrays. */
@@ -3703,19 +3775,38 @@ C128__FN void c128__plan_count(const c128__plan_params *p, int64_t base, int tid
   const c128_request q = c128__request_at(&p->a, p->decode, i); /* the one read of the caller's request */
   c128__ws_requests(p)[i] = q;
   const c128_ring *r = &p->a.ring;
-  uint64_t *claimed = c128__ws_pages(p), *shared = (uint64_t *)p->a.workspace + C128__WS_SHARED;
-  const int64_t slots = c128__page_table_slots(p->a.num_requests);
   if (p->decode) {
     c128_decode_plan d;
     c->check[tid] = c128__decode_plan_of(r, q, &d);
-    if (c->check[tid] == C128_SUCCESS && d.seq_len && !c128__claim_page(claimed, slots, d.read_page_1, i)) *shared = 1;
     return;
   }
   if ((c->check[tid] = c128__request_check(r, q, p->a.verify)) != C128_SUCCESS || c128__absent(q)) return;
   const c128__shape s = c128__request_shape(r, q);
   c->pages[tid] = c128__request_pages(r, q, s);
   c->num_compress[tid] = s.num_compress, c->num_write[tid] = s.num_write, c->rows[tid] = q.extend_len;
-  if (c->pages[tid] == C128_SUCCESS && !c128__claim_written(r, q, s.first_write, claimed, slots, i)) *shared = 1;
+}
+
+/* The claims of a batch whose requests all passed (the status so far: its claims then fit the
+   table), thread tid taking requests tid, tid + 256, ...: what they write (step `windows` 0),
+   then, every claim made, the blocks their decode windows read (1). A page that no longer checks
+   (a page table changed) claims nothing: its plan's emission fails. */
+C128__FN void c128__plan_claims(const c128__plan_params *p, int windows, int tid, const c128__plan_chunk *c) {
+  if (c->status != C128_SUCCESS) return;
+  const c128_ring *r = &p->a.ring;
+  const c128_request *q = c128__ws_requests(p);
+  uint64_t *claimed = c128__ws_pages(p), *shared = (uint64_t *)p->a.workspace + C128__WS_SHARED;
+  const int64_t slots = c128__ring_claim_slots(r, p->a.num_requests);
+  for (int64_t i = tid; i < p->a.num_requests; i += C128__PLAN_THREADS) {
+    c128_decode_plan d;
+    if (!p->decode) {
+      if (!windows && !c128__absent(q[i]) &&
+          !c128__claim_written(r, q[i], c128__request_shape(r, q[i]).first_write, claimed, slots, i))
+        *shared = 1;
+    } else if (c128__decode_plan_of(r, q[i], &d) == C128_SUCCESS && d.seq_len) {
+      if (windows ? !c128__window_unclaimed(r, d, claimed, slots) : !c128__claim_row(r, d.write_loc, claimed, slots, i))
+        *shared = 1;
+    }
+  }
 }
 
 C128__FN void c128__plan_scan(const c128__plan_params *p, int64_t base, c128__plan_chunk *c) {
@@ -3751,7 +3842,7 @@ C128__FN void c128__plan_finish(const c128__plan_params *p, c128__plan_chunk *c)
 C128__FN void c128__plan_step(const c128__plan_params *p, int step, int tid, c128__plan_chunk *c) {
   const int last = c128__plan_steps(p) - 1;
   if (step == 0) {
-    const int64_t slots = c128__page_table_slots(p->a.num_requests);
+    const int64_t slots = c128__ring_claim_slots(&p->a.ring, p->a.num_requests);
     uint64_t *claimed = c128__ws_pages(p);
     for (int64_t k = tid; k < slots; k += C128__PLAN_THREADS) claimed[k] = 0;
     if (tid == 0) {
@@ -3760,6 +3851,8 @@ C128__FN void c128__plan_step(const c128__plan_params *p, int step, int tid, c12
     }
   } else if (step == last) {
     if (tid == 0) c128__plan_finish(p, c);
+  } else if (step >= last - 2) {
+    c128__plan_claims(p, step == last - 1, tid, c);
   } else {
     const int64_t base = (int64_t)((step - 1) / 2) * C128__PLAN_THREADS;
     if ((step - 1) % 2 == 0) c128__plan_count(p, base, tid, c);

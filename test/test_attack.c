@@ -1242,13 +1242,13 @@ Test(cpu, attack_property_planner_implies_checker) { /* classes 9 and 12 */
     const c128_status st = decode ? c128_plan_decode(&ring, q, n, dp) : c128_plan_prefill(&ring, q, n, verify, &p);
     int32_t status = -1;
     int64_t counts[2] = {-1, -1};
-    uint64_t ws[4096];
-    cr_assert(c128_plan_workspace_size(n) <= sizeof ws);
+    void *ws = xalloc(c128_plan_workspace_size(n));
     c128_device_plan_args a;
     memset(&a, 0, sizeof a);
     a.ring = ring, a.requests = q, a.num_requests = n, a.verify = verify, a.capacity = decode ? 0 : cap;
     a.compress = dcp, a.write = dwp, a.decode = ddp, a.status = &status, a.counts = counts, a.workspace = ws;
     const c128_status ret = decode ? c128_plan_decode_device_host(&a) : c128_plan_prefill_device_host(&a);
+    free(ws);
     const c128_status dst = ret != C128_SUCCESS ? ret : (c128_status)status;
     cr_assert_eq(dst, st, "iteration %d (seed %llu): host planner %s, device planner %s", it,
                  (unsigned long long)r.seed, STATUS(st), STATUS(dst));
@@ -1272,6 +1272,178 @@ Test(cpu, attack_property_planner_implies_checker) { /* classes 9 and 12 */
               refused[C128_ERROR_PAGE_SHARED], refused[C128_ERROR_CAPACITY_TOO_SMALL],
               refused[C128_ERROR_PAGE_OUT_OF_RANGE], refused[C128_ERROR_POOL_INDEX_OUT_OF_RANGE]);
   cr_assert(planned > 100 && refused[C128_ERROR_PAGE_SHARED] > 10, "the batches did not exercise both sides");
+}
+
+/* With a block table (DESIGN 5.11) plans name logical rows, one range of R = 2^row_shift rows per
+   table row, and the planners claimed logical pages: two table entries naming one block passed
+   them (two requests', or two columns of one request's row), the checker then rejected the
+   batch, and the kernels would have raced on the block. The planners now claim the physical
+   blocks a batch writes, in every plane's table, and a decode window may read no block another
+   plan of the batch writes; blocks only read may be read by any request (prefix caching). */
+enum { BT_CAP = 2048 };
+static char bt_score_plane; /* a score plane's address: the planners and the checker never read it */
+
+/* Both planners (the device one on the host) on a block-table ring: the same status and bytes;
+   a batch they plan passes the checker over the ring's state layout. */
+static c128_status plan_tabled(const c128_ring *ring, const c128_request *q, int64_t n, int decode, const char *what) {
+  c128_compress_plan *cp = xalloc(BT_CAP * sizeof *cp), *dcp = xalloc(BT_CAP * sizeof *cp);
+  c128_write_plan *wp = xalloc(BT_CAP * sizeof *wp), *dwp = xalloc(BT_CAP * sizeof *wp);
+  c128_decode_plan *dp = xalloc((size_t)(n + 1) * sizeof *dp), *ddp = xalloc((size_t)(n + 1) * sizeof *dp);
+  c128_prefill_plans p = {cp, wp, BT_CAP, 1, -7, -7};
+  const c128_status st = decode ? c128_plan_decode(ring, q, n, dp) : c128_plan_prefill(ring, q, n, 0, &p);
+  int32_t status = -1;
+  int64_t counts[2] = {-1, -1};
+  c128_device_plan_args a;
+  memset(&a, 0, sizeof a);
+  a.ring = *ring, a.requests = q, a.num_requests = n, a.capacity = decode ? 0 : BT_CAP;
+  a.compress = dcp, a.write = dwp, a.decode = ddp, a.status = &status, a.counts = counts;
+  a.workspace = xalloc(c128_plan_workspace_size(n));
+  const c128_status ret = decode ? c128_plan_decode_device_host(&a) : c128_plan_prefill_device_host(&a);
+  const c128_status dev = ret != C128_SUCCESS ? ret : (c128_status)status;
+  cr_assert_eq(dev, st, "%s: host planner %s, device planner %s", what, STATUS(st), STATUS(dev));
+  if (st == C128_SUCCESS) {
+    char msg[200] = "";
+    c128_plan_report rep = {0, C128_PLAN_DECODE, msg, sizeof msg};
+    c128_status cs;
+    if (decode) {
+      cr_assert(memcmp(dp, ddp, (size_t)n * sizeof *dp) == 0, "%s: the planners' decode plans differ", what);
+      c128_decode_args d;
+      memset(&d, 0, sizeof d);
+      d.head_dim = D, d.state_pages = ring->state_pages, d.state_layout = ring->state_layout;
+      d.output_rows = n, d.plans = dp, d.batch = n;
+      cs = c128_check_decode_plans(&d, &rep);
+    } else {
+      cr_assert(counts[0] == p.num_compress && counts[1] == p.num_write, "%s: the planners' counts differ", what);
+      cr_assert(memcmp(cp, dcp, BT_CAP * sizeof *cp) == 0 && memcmp(wp, dwp, BT_CAP * sizeof *wp) == 0,
+                "%s: the planners' prefill plans differ", what);
+      c128_prefill_args f;
+      memset(&f, 0, sizeof f);
+      f.head_dim = D, f.state_pages = ring->state_pages, f.state_layout = ring->state_layout;
+      f.input_rows = C128_MAX_PREFILL_ROWS, f.output_rows = p.num_compress;
+      f.compress_plans = cp, f.num_compress = p.num_compress, f.write_plans = wp, f.num_write = p.num_write;
+      cs = c128_check_prefill_plans(&f, &rep);
+    }
+    cr_assert_eq(cs, C128_SUCCESS, "%s: the planners accepted a batch their checker rejects: %s", what, msg);
+  }
+  free(a.workspace), free(cp), free(dcp), free(wp), free(dwp), free(dp), free(ddp);
+  return st;
+}
+
+/* A ring of `rows` table rows of `stride` columns, blocks of `B` rows, R = 2^row_shift; each
+   table's entry k is block k (every block distinct) unless the test changes it. */
+typedef struct bt_ring {
+  c128_ring ring;
+  int32_t table[2][8 * 128];
+} bt_ring;
+static void bt_make(bt_ring *b, int64_t rows, int64_t stride, int32_t B, int32_t row_shift, int score_table) {
+  memset(b, 0, sizeof *b);
+  cr_assert(rows * stride <= 8 * 128);
+  for (int64_t k = 0; k < rows * stride; ++k)
+    b->table[0][k] = (int32_t)k, b->table[1][k] = (int32_t)(rows * stride - 1 - k);
+  b->ring.state_pages = rows * stride;
+  c128_state_layout *l = &b->ring.state_layout;
+  l->block_rows = B, l->block_table = b->table[0], l->table_rows = rows, l->table_stride = stride;
+  l->row_shift = row_shift;
+  if (score_table) l->score_block_table = b->table[1], l->score_plane = &bt_score_plane;
+}
+
+Test(cpu, attack_planners_refuse_a_block_named_twice) { /* class 9 */
+  rng r = rng_fresh();
+  bt_ring b;
+  /* the fuzzer's reproducer: two rows of 128 columns cycling over 4 blocks; request 1 writes
+     position 4 into a block that request 0's boundary window reads (and request 0's own row names
+     the block of its new token for three more columns of its window) */
+  bt_make(&b, 2, 128, 8, 10, 0);
+  int32_t perm[4] = {0, 1, 2, 3};
+  for (int k = 3; k > 0; --k) {
+    const int j = (int)rng_below(&r, k + 1), v = perm[k];
+    perm[k] = perm[j], perm[j] = v;
+  }
+  for (int k = 0; k < 256; ++k) b.table[0][k] = perm[k % 4];
+  b.ring.state_pages = 4;
+  const c128_request repro[2] = {{0, 128, 0}, {1, 5, 0}};
+  cr_assert_eq(plan_tabled(&b.ring, repro, 2, 1, "reproducer"), C128_ERROR_PAGE_SHARED);
+
+  /* decode, B = 8, R = 1024; request 0 at a boundary (window in columns 0..15, new token in 15) */
+  const c128_request dq[2] = {{0, 128, 1}, {1, 5, 1}};
+  bt_make(&b, 2, 128, 8, 10, 0);
+  cr_assert_eq(plan_tabled(&b.ring, dq, 2, 1, "distinct blocks"), C128_SUCCESS);
+  b.table[0][128] = b.table[0][3]; /* request 1's new token into a block request 0's window reads */
+  cr_assert_eq(plan_tabled(&b.ring, dq, 2, 1, "a block written and read in one decode launch"), C128_ERROR_PAGE_SHARED);
+  bt_make(&b, 2, 128, 8, 10, 0);
+  b.table[0][3] = b.table[0][15]; /* request 0's window reads the block its new token goes to, twice */
+  cr_assert_eq(plan_tabled(&b.ring, dq, 1, 1, "a row naming the written block twice"), C128_ERROR_PAGE_SHARED);
+  bt_make(&b, 2, 128, 8, 10, 0);
+  const c128_request dw[2] = {{0, 5, 1}, {1, 3, 1}};
+  b.table[0][128] = b.table[0][0]; /* rows 4 and 2 of one block, for two requests */
+  cr_assert_eq(plan_tabled(&b.ring, dw, 2, 1, "one block written by two requests"), C128_ERROR_PAGE_SHARED);
+  /* two boundary windows reading one block that neither writes: prefix sharing, allowed */
+  bt_make(&b, 2, 128, 8, 10, 1);
+  const c128_request both[2] = {{0, 128, 1}, {1, 128, 1}};
+  for (int k = 0; k < 12; ++k) b.table[0][128 + k] = b.table[0][k], b.table[1][128 + k] = b.table[1][k];
+  cr_assert_eq(plan_tabled(&b.ring, both, 2, 1, "windows sharing read-only blocks"), C128_SUCCESS);
+  b.table[1][128 + 15] = b.table[1][5]; /* request 1's new score row into a score block request 0 reads */
+  cr_assert_eq(plan_tabled(&b.ring, both, 2, 1, "a score block written and read"), C128_ERROR_PAGE_SHARED);
+
+  /* prefill: two requests writing one block (positions 8..15 of request 0, 0..4 of request 1) */
+  const c128_request pq[2] = {{0, 16, 16}, {1, 5, 5}};
+  bt_make(&b, 2, 128, 8, 10, 1);
+  cr_assert_eq(plan_tabled(&b.ring, pq, 2, 0, "distinct blocks"), C128_SUCCESS);
+  b.table[0][128] = b.table[0][1];
+  cr_assert_eq(plan_tabled(&b.ring, pq, 2, 0, "one block written by two requests"), C128_ERROR_PAGE_SHARED);
+  bt_make(&b, 2, 128, 8, 10, 1);
+  b.table[1][128] = b.table[1][1]; /* the same through the score plane's own table */
+  cr_assert_eq(plan_tabled(&b.ring, pq, 2, 0, "one score block written by two requests"), C128_ERROR_PAGE_SHARED);
+  bt_make(&b, 2, 128, 8, 10, 0);
+  b.table[0][1] = b.table[0][0]; /* one request's positions 0..7 and 8..15 on one block */
+  cr_assert_eq(plan_tabled(&b.ring, pq, 1, 0, "a row naming a written block twice"), C128_ERROR_PAGE_SHARED);
+  /* compress windows reading shared blocks, nothing written there: allowed */
+  bt_make(&b, 2, 128, 8, 10, 0);
+  const c128_request cq[2] = {{0, 128, 28}, {1, 128, 28}}; /* rows 0..99 from the state, no writes */
+  for (int k = 0; k < 12; ++k) b.table[0][128 + k] = b.table[0][k];
+  cr_assert_eq(plan_tabled(&b.ring, cq, 2, 0, "compress windows sharing read-only blocks"), C128_SUCCESS);
+  /* R = 128, every row written (the last 128 tokens, 172..299): column 5 holds positions 172..175
+     and 296..299 of one block, rows apart; not a block named twice */
+  bt_make(&b, 1, 16, 8, 7, 0);
+  b.ring.write_all = 1;
+  const c128_request wrap[1] = {{0, 300, 300}};
+  cr_assert_eq(plan_tabled(&b.ring, wrap, 1, 0, "a ring wrapping onto its first column"), C128_SUCCESS);
+  b.table[0][9] = b.table[0][2];
+  cr_assert_eq(plan_tabled(&b.ring, wrap, 1, 0, "a wrapping ring naming a block twice"), C128_ERROR_PAGE_SHARED);
+}
+
+/* Property: on random block-table rings (blocks of 8..256 rows, a score table or not, tables
+   naming blocks twice, unallocated entries), whatever the batch, the planners agree byte for
+   byte and status for status, and a batch they plan passes the checker over the ring's layout. */
+Test(cpu, attack_property_block_table_planner_implies_checker) { /* class 9 */
+  rng r = rng_fresh();
+  int planned = 0, shared = 0;
+  for (int it = 0; it < 2500; ++it) {
+    const int decode = (int)rng_below(&r, 3) == 0;
+    const int32_t B = 8 << rng_below(&r, 6), rs = 7 + (int32_t)rng_below(&r, 3);
+    const int64_t rows = 1 + rng_below(&r, 6), stride = ((int64_t)1 << rs) / B > 0 ? ((int64_t)1 << rs) / B : 1;
+    bt_ring b;
+    bt_make(&b, rows, stride, B, rs, (int)rng_below(&r, 3) == 0);
+    b.ring.state_pages = 2 + rng_below(&r, rows * stride + 8);
+    b.ring.write_all = (int32_t)rng_below(&r, 2);
+    b.ring.speculative = rs > 7 && rng_below(&r, 2);
+    for (int t = 0; t < 2; ++t)
+      for (int64_t k = 0; k < rows * stride; ++k)
+        b.table[t][k] = rng_below(&r, 16) ? (int32_t)rng_below(&r, b.ring.state_pages) : -1;
+    c128_request q[8];
+    const int64_t n = 1 + rng_below(&r, 6);
+    for (int64_t k = 0; k < n; ++k) {
+      q[k].pool_index = (int32_t)rng_below(&r, rows);
+      q[k].seq_len = (int32_t)(1 + rng_below(&r, 600));
+      q[k].extend_len = decode ? 1 : (int32_t)(1 + rng_below(&r, q[k].seq_len < 200 ? q[k].seq_len : 200));
+    }
+    char what[80];
+    snprintf(what, sizeof what, "iteration %d (seed %llu)", it, (unsigned long long)r.seed);
+    const c128_status st = plan_tabled(&b.ring, q, n, decode, what);
+    planned += st == C128_SUCCESS, shared += st == C128_ERROR_PAGE_SHARED;
+  }
+  cr_log_info("block tables: %d batches planned, %d refused for a shared block", planned, shared);
+  cr_assert(planned > 100 && shared > 100, "the batches did not exercise both sides (%d, %d)", planned, shared);
 }
 
 /* ---- class 10: the race checker and the machine's memory ------------------------------------ */
