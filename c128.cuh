@@ -169,7 +169,8 @@
      0.4.0 (unreleased) other engines' state layouts (c128_state_layout, output_index, write_all,
                         planning from seq_lens / query_start), cache entries written in the
                         compress launch (c128_entry_args), the checker refuses a decode write
-                        into another plan's window.
+                        into another plan's window; output_index on a sharded state, planners
+                        claim physical blocks, ape required where biased writes read it.
      0.3.0 (2026-12-01) hardware exp2 by default (C128_MATH_EXACT keeps bit-identity), the block
                         program written once as steps, prefetch before the PDL wait, one dtype
                         table and C128_ROW, hardened host side: aliasing and shared-page
