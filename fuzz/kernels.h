@@ -727,14 +727,17 @@ static void fz_mode_prefill(fz_reader *r) {
       const int cls = fz_reason_class(w.reason);
       FZ_CHECK(2, cls == m.reason, "compress plan %lld: library reason %d (%s), the model says %s", (long long)k,
                w.reason, fz_lib_reason_text(w.reason), m.reason == M_RUN ? "run" : "skip");
+      /* the kernel of any layout names the window by its logical row, which on a sharded state of
+         today's layout (an output index) is the model's physical row through the shared layout */
+      const int64_t row0 = w.layout && !Kc.S.layout ? m_row(&Kc.S, w.state_row0, 0, NULL) : w.state_row0;
       if (cls == M_RUN)
         FZ_CHECK(2,
                  w.out_row == m.out && w.buffer_len == m.buffer_len && w.input_row0 == m.input_row0 &&
-                     (w.buffer_len == 0 || w.state_row0 == m.state_row0) &&
+                     (w.buffer_len == 0 || row0 == m.state_row0) &&
                      (!Kc.entry || w.position == (int64_t)cp[k].seq_len - 128),
                  "compress plan %lld: library window (out %lld, rows %lld/%lld) differs from the model's (%lld, "
                  "%lld/%lld)",
-                 (long long)k, (long long)w.out_row, (long long)w.state_row0, (long long)w.input_row0, (long long)m.out,
+                 (long long)k, (long long)w.out_row, (long long)row0, (long long)w.input_row0, (long long)m.out,
                  (long long)m.state_row0, (long long)m.input_row0);
     }
     for (int64_t k = 0; k < NW; ++k) {
@@ -1082,12 +1085,14 @@ static void fz_mode_decode(fz_reader *r) {
       FZ_CHECK(2, job.write_kv == m.wkv && (m.wkv < 0 || job.write_score == m.wsc) && job.boundary == m.boundary,
                "decode plan %lld: library write rows %lld/%lld, the model's %lld/%lld", (long long)b,
                (long long)job.write_kv, (long long)job.write_score, (long long)m.wkv, (long long)m.wsc);
+      /* the window's logical row in the kernel of any layout: physical through the shared layout (mode 1) */
+      const int64_t row0 = job.layout && !Kc.S.layout ? m_row(&Kc.S, job.read_row0, 0, NULL) : job.read_row0;
       if (job.boundary)
         FZ_CHECK(2,
-                 job.read_row0 == m.row0 && job.out_row == m.out && job.buffer_len == 127 &&
+                 row0 == m.row0 && job.out_row == m.out && job.buffer_len == 127 &&
                      (!Kc.entry || job.position == (int64_t)plans[b].seq_len - 128),
                  "decode plan %lld: library window (row %lld, out %lld) differs from the model's (%lld, %lld)",
-                 (long long)b, (long long)job.read_row0, (long long)job.out_row, (long long)m.row0, (long long)m.out);
+                 (long long)b, (long long)row0, (long long)job.out_row, (long long)m.row0, (long long)m.out);
     }
   }
 
