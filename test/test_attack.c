@@ -1284,11 +1284,15 @@ enum { BT_CAP = 2048 };
 static char bt_score_plane; /* a score plane's address: the planners and the checker never read it */
 
 /* Both planners (the device one on the host) on a block-table ring: the same status and bytes;
-   a batch they plan passes the checker over the ring's state layout. */
+   a batch they plan passes the checker over the ring's state layout; a batch they refuse leaves
+   the host planner's arrays as they were and the device planner's all sentinels, counts 0. */
 static c128_status plan_tabled(const c128_ring *ring, const c128_request *q, int64_t n, int decode, const char *what) {
   c128_compress_plan *cp = xalloc(BT_CAP * sizeof *cp), *dcp = xalloc(BT_CAP * sizeof *cp);
   c128_write_plan *wp = xalloc(BT_CAP * sizeof *wp), *dwp = xalloc(BT_CAP * sizeof *wp);
   c128_decode_plan *dp = xalloc((size_t)(n + 1) * sizeof *dp), *ddp = xalloc((size_t)(n + 1) * sizeof *dp);
+  memset(cp, CANARY, BT_CAP * sizeof *cp), memset(dcp, CANARY, BT_CAP * sizeof *cp);
+  memset(wp, CANARY, BT_CAP * sizeof *wp), memset(dwp, CANARY, BT_CAP * sizeof *wp);
+  memset(dp, CANARY, (size_t)n * sizeof *dp), memset(ddp, CANARY, (size_t)n * sizeof *dp);
   c128_prefill_plans p = {cp, wp, BT_CAP, 1, -7, -7};
   const c128_status st = decode ? c128_plan_decode(ring, q, n, dp) : c128_plan_prefill(ring, q, n, 0, &p);
   int32_t status = -1;
@@ -1301,7 +1305,22 @@ static c128_status plan_tabled(const c128_ring *ring, const c128_request *q, int
   const c128_status ret = decode ? c128_plan_decode_device_host(&a) : c128_plan_prefill_device_host(&a);
   const c128_status dev = ret != C128_SUCCESS ? ret : (c128_status)status;
   cr_assert_eq(dev, st, "%s: host planner %s, device planner %s", what, STATUS(st), STATUS(dev));
-  if (st == C128_SUCCESS) {
+  if (st != C128_SUCCESS) {
+    cr_assert(decode ? untouched(dp, (size_t)n * sizeof *dp)
+                     : untouched(cp, BT_CAP * sizeof *cp) && untouched(wp, BT_CAP * sizeof *wp) && p.num_compress == -7,
+              "%s: refused, but the host planner wrote", what);
+    const c128_compress_plan no_c = C128_INVALID_COMPRESS_PLAN;
+    const c128_write_plan no_w = C128_INVALID_WRITE_PLAN;
+    const c128_decode_plan pad = C128_PADDING_DECODE_PLAN;
+    for (int64_t k = 0; decode && k < n; ++k)
+      cr_assert(memcmp(&ddp[k], &pad, sizeof pad) == 0, "%s: refused, decode plan %lld not padding", what,
+                (long long)k);
+    for (int64_t k = 0; !decode && k < BT_CAP; ++k)
+      cr_assert(memcmp(&dcp[k], &no_c, sizeof no_c) == 0 && memcmp(&dwp[k], &no_w, sizeof no_w) == 0,
+                "%s: refused, device plan %lld not a sentinel", what, (long long)k);
+    cr_assert(decode || (counts[0] == 0 && counts[1] == 0), "%s: refused, counts %lld/%lld", what, (long long)counts[0],
+              (long long)counts[1]);
+  } else {
     char msg[200] = "";
     c128_plan_report rep = {0, C128_PLAN_DECODE, msg, sizeof msg};
     c128_status cs;
