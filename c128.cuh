@@ -107,7 +107,9 @@
      outside the state, input, output and plan arrays. The plan checkers accept exactly the
      arguments the launches accept. A call with nothing to do (decode batch 0, prefill with no
      plans) succeeds once its sizes, dtypes and layout pass, without looking at its tensors:
-     NULL, misaligned or overlapping pointers are refused only where there is work.
+     NULL, misaligned or overlapping pointers are refused only where there is work. ape is
+     work wherever it is read: a window can be written (output rows or cache pages), or a
+     biased state (state_layout.score_biased) stores a row, which adds ape to its score.
 
    BUFFERS
      Contiguous, row-major. Alignment: state and input at two elements of their dtype (a pair is
@@ -123,10 +125,11 @@
      give, the planners the entries they will write (capacity when padding, the counts else).
 
    ALLOCATION
-     Launches and the device planners allocate nothing. The host planners take host scratch
-     (a copy of the requests and a table of the pages the batch writes, sized from the batch:
-     up to 4 KiB each on the stack, calloc beyond), the plan checkers 48 bytes per plan, the
-     host runner's race checker a shadow of what it touches (capped by
+     Launches and the device planners allocate nothing (the latter's workspace, at least
+     512 KiB, holds their table of what the batch writes). The host planners take host scratch
+     (a copy of the requests and a table of the pages or blocks the batch writes, sized from the
+     batch: up to 4 KiB each on the stack, calloc beyond), the plan checkers 48 bytes per plan,
+     the host runner's race checker a shadow of what it touches (capped by
      c128_host_options.checker_limit_bytes); each returns C128_ERROR_OUT_OF_MEMORY when it
      cannot have them.
 
@@ -142,7 +145,8 @@
      kernel you launch after ours with PDL must itself execute griddepcontrol.wait
      (cudaGridDependencySynchronize) before it reads our outputs, as PDL requires of every
      dependent. Context-parallel state: pages of different live requests must be distinct; the
-     planners refuse a batch in which two requests write one page (C128_ERROR_PAGE_SHARED).
+     planners refuse a batch in which two requests write one page, or with a block table one
+     block, or a decode window reads a block the batch writes (C128_ERROR_PAGE_SHARED).
 
    NUMERICS (DESIGN 8)
      All arithmetic after loading is fp32, with explicit round-to-nearest operations and a fixed
@@ -167,7 +171,8 @@
      0.4.0 (unreleased) other engines' state layouts (c128_state_layout, output_index, write_all,
                         planning from seq_lens / query_start), cache entries written in the
                         compress launch (c128_entry_args), the checker refuses a decode write
-                        into another plan's window.
+                        into another plan's window; output_index on a sharded state, planners
+                        claim physical blocks, ape required where biased writes read it.
      0.3.0 (2026-12-01) hardware exp2 by default (C128_MATH_EXACT keeps bit-identity), the block
                         program written once as steps, prefetch before the PDL wait, one dtype
                         table and C128_ROW, hardened host side: aliasing and shared-page
@@ -334,7 +339,7 @@ typedef enum c128_instance_id {
   X(C128_ERROR_INVALID_PLAN, 21, "a plan is invalid (see the checker's message)")                                  \
   X(C128_ERROR_INVALID_GROUP, 22, "requests_per_block or windows_per_block is negative or too large")              \
   X(C128_ERROR_ALIASED, 23, "two arguments overlap that must not (see ALIASING)")                                  \
-  X(C128_ERROR_PAGE_SHARED, 24, "two requests of one batch would write the same state page")                       \
+  X(C128_ERROR_PAGE_SHARED, 24, "two requests (or ring chunks) of one batch would share a state page or block")    \
   X(C128_ERROR_INVALID_STATE_LAYOUT, 25, "state_layout: block_rows, row_shift or the block table is out of range") \
   X(C128_ERROR_INVALID_ENTRY, 26, "entry: unknown output kind, or a cache, page or table size out of range")       \
   X(C128_ERROR_UNSUPPORTED_DEVICE, 27, "cache-entry output needs thread-block clusters (sm_90 or newer)")          \
@@ -488,7 +493,7 @@ typedef struct c128_decode_args {
   void *state;                   /* [state_pages, 128, 2 * head_dim] */
   int64_t state_pages;           /* physical pages of this rank's view */
   const void *input;             /* [batch, 2 * head_dim]: kv | score of each new token */
-  const float *ape;              /* [128, head_dim], always f32 */
+  const float *ape;              /* [128, head_dim], always f32; read by windows and biased state writes */
   void *output;                  /* [output_rows, head_dim]; row b written only at a boundary */
   int64_t output_rows;           /* >= batch without output_index; unused for cache entries */
   const c128_decode_plan *plans; /* [batch] */
@@ -634,8 +639,9 @@ typedef struct c128_ring {
   int32_t write_all;
   /* The kernels' state layout, the value the launches get (zero: today's). With a block table,
      plans name logical rows: R = 2^row_shift (ring_tokens 0 or that), page(rid, pos) = rid * R /
-     128 + (pos mod R) / 128 for rid < table_rows, no page_table; and every block a plan reads or
-     writes must be allocated: an entry in [0, state_pages) that is not the null block. */
+     128 + (pos mod R) / 128 for rid < table_rows, no page_table; every block a plan reads or
+     writes must be allocated: an entry in [0, state_pages) that is not the null block; and a
+     block the batch writes belongs to one request and one column (PAGE_SHARED otherwise). */
   c128_state_layout state_layout;
   int32_t has_null_block, null_block; /* a table entry that marks a missing block (vLLM's block 0) */
   int64_t rope_positions;             /* > 0: every window must start below it (the RoPE table's rows) */
@@ -1128,11 +1134,16 @@ typedef struct c128__dest {
 } c128__dest;
 
 /* Kernels of any layout (DESIGN 5.9): the physical row of a logical one in the plane that
-   `table` maps, or -1. Without a table logical rows are physical; with one, logical row =
-   table row << row_shift | position, and the row is table[table row][position / B] * B +
-   position % B. */
+   `table` maps, or -1. Without a table logical rows are physical, or on a sharded state (today's
+   layout with an output index: sharding comes with no other layout) rows of logical pages that
+   c128__physical_page translates, as today's kernels do; with one, logical row = table row <<
+   row_shift | position, and the row is table[table row][position / B] * B + position % B. */
 C128__FN int64_t c128__table_row(const c128__params *p, const int32_t *table, int64_t logical) {
   if (logical < 0) return -1;
+  if (!table && p->size > 1) { /* logical < 2^31 * 128: plans name pages in int32 */
+    const int64_t page = c128__physical_page(p, (int32_t)(logical >> C128__LOG2_WINDOW));
+    return page < 0 ? -1 : page * C128_WINDOW + (logical & (C128_WINDOW - 1));
+  }
   if (!table) return logical < p->state_pages << p->more->block_shift ? logical : -1;
   const int64_t row = logical >> p->more->row_shift, at = logical & (((int64_t)1 << p->more->row_shift) - 1);
   const int64_t column = at >> p->more->block_shift;
@@ -1224,7 +1235,7 @@ C128__FN int c128__decode_prepare(const c128__params *p, c128__trait t, int64_t 
   if (t.layout) {
     job->write_row = c128__rows_of(p, plan.write_loc);
     if (job->write_row.kv < 0 || job->write_row.score < 0) return C128__BAD_WRITE_PAGE;
-    job->write = 1;
+    job->write = c128__owned(p, plan.write_loc / C128_WINDOW); /* a sharded state's other ranks' slots */
   } else {
     const int32_t write_page = plan.write_loc / C128_WINDOW;
     const int64_t write_phys = c128__physical_page(p, write_page);
@@ -2521,21 +2532,25 @@ static c128_status c128__check_entry(const c128_entry_args *e, c128__trait t, c1
 
 /* Pointers and extents of a launch. Every tensor a kernel writes (state, score plane, output or
    cache) overlaps nothing else of the call; read-only ones (input, ape, plans, tables, index,
-   gamma, RoPE table) may overlap each other. */
+   gamma, RoPE table) may overlap each other. A tensor the call never reads goes unchecked: the
+   output (or cache, gamma and RoPE table) when no window can be written, and ape when in
+   addition no biased score is stored (`stores`: the call persists state rows). */
 static c128_status c128__check_tensors(c128__trait t, const c128__shape_of *shape, void *state, int64_t state_pages,
                                        const c128_state_layout *lay, const void *input, int64_t input_rows,
                                        const float *ape, void *output, int64_t output_rows, const int64_t *index,
                                        int64_t index_rows, const c128_entry_args *e, const c128__extent *plans,
-                                       int num_plans) {
+                                       int num_plans, int stores) {
   const int entry = e->kind != C128_OUTPUT_POOLED;
   const int need_output = entry ? e->cache_pages > 0 : output_rows > 0; /* else no window can be written */
-  if (!state || !input || (need_output && (!ape || (entry ? !e->cache || !e->norm_weight || !e->rope_table : !output))))
+  const int need_ape = need_output || (shape->layout && lay->score_biased && stores); /* biased writes add ape */
+  if (!state || !input || (need_ape && !ape) ||
+      (need_output && (entry ? !e->cache || !e->norm_weight || !e->rope_table : !output)))
     return C128_ERROR_NULL_POINTER;
   /* Vector accesses: a pair of elements is one access; outputs are stored singly. */
   if (c128__misaligned(state, 2 * (size_t)c128__dtype_bytes(t.buf)) ||
       c128__misaligned(lay->score_plane, 2 * (size_t)c128__dtype_bytes(t.buf)) ||
       c128__misaligned(input, 2 * (size_t)c128__dtype_bytes(t.in)) ||
-      (need_output && c128__misaligned(ape, 2 * sizeof(float))) ||
+      (need_ape && c128__misaligned(ape, 2 * sizeof(float))) ||
       (need_output && !entry && c128__misaligned(output, (size_t)c128__dtype_bytes(t.out))) ||
       (need_output && entry &&
        (c128__misaligned(e->cache, 4) || c128__misaligned(e->norm_weight, 4) || c128__misaligned(e->rope_table, 8))))
@@ -2552,7 +2567,7 @@ static c128_status c128__check_tensors(c128__trait t, const c128__shape_of *shap
                                     entry ? (uint64_t)e->cache_pages * (uint64_t)e->page_bytes
                                           : (uint64_t)output_rows * t.head_dim * c128__dtype_bytes(t.out)}};
   const c128__extent read[8] = {{input, (uint64_t)input_rows * C128_ROW_ELEMS(t.head_dim) * c128__dtype_bytes(t.in)},
-                                {need_output ? ape : NULL, (uint64_t)C128_WINDOW * t.head_dim * sizeof(float)},
+                                {need_ape ? ape : NULL, (uint64_t)C128_WINDOW * t.head_dim * sizeof(float)},
                                 {written[2].ptr, written[2].bytes},
                                 {shape->layout ? lay->block_table : NULL, table},
                                 {shape->layout ? lay->score_block_table : NULL, table},
@@ -2592,7 +2607,7 @@ static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait 
   /* The kernel reads input rows below batch only, and without an index writes output rows below it. */
   return c128__check_tensors(t, shape, a->state, a->state_pages, &a->state_layout, a->input, a->batch, a->ape,
                              a->output, compact ? a->batch : a->output_rows, a->output_index, a->batch, &a->entry,
-                             &plans, 1);
+                             &plans, 1, 1);
 }
 
 static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trait t, int tensors,
@@ -2620,7 +2635,7 @@ static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trai
   /* Compress plan k writes output row k without an index: rows below num_compress only. */
   return c128__check_tensors(t, shape, a->state, a->state_pages, &a->state_layout, a->input, a->input_rows, a->ape,
                              a->output, compact ? a->num_compress : a->output_rows, a->output_index, a->input_rows,
-                             &a->entry, plans, 2);
+                             &a->entry, plans, 2, a->num_write > 0);
 }
 
 static c128__params c128__base_params(void *state, int64_t state_pages, const void *input, int64_t input_rows,
@@ -3414,19 +3429,39 @@ C128__FN c128_status c128__decode_plan_of(const c128_ring *r, c128_request q, c1
   return C128_SUCCESS;
 }
 
-/* The pages a batch writes, each owned by one request: an open-addressing table of
-   (page + 1) << 32 | request, 0 = empty, with at least twice as many slots as pages it will
-   hold. Insertion is lock-free, so the device planner's threads share it; a page met with
-   another request's id marks the batch. */
-C128__FN int64_t c128__claim_slots(int64_t pages) {
+/* What a batch writes, each part claimed once (DESIGN 5.7 item 4): the page of every ring chunk a
+   request writes, or with a block table the physical block of every table column it writes, in
+   each plane's table. An open-addressing table of key << 32 | (request + 1), 0 = empty, with at
+   least twice as many slots as claims. Insertion is lock-free, so the device planner's threads
+   share it; a key claimed a second time marks the batch: another request writes the part, or
+   another chunk or column of the same request (a page-table or block-table row that names one
+   part twice: their rows would collide). */
+C128__FN int64_t c128__claim_slots(int64_t claims) {
   int64_t slots = 64;
-  while (slots < 2 * pages) slots *= 2;
+  while (slots < 2 * claims) slots *= 2;
   return slots;
 }
-/* The device workspace's table, sized before any request is read: the pages a batch can write
-   before its row limit (512 + 2 per request). The host planners size theirs from the batch. */
+/* A claimed part's rows (log2: a page's, or a block's) and the tables claimed (a score table is
+   a plane of its own). */
+C128__FN int c128__claim_shift(const c128_ring *r) {
+  return c128__tabled(r) ? c128__log2_exact(r->state_layout.block_rows ? r->state_layout.block_rows : C128_WINDOW)
+                         : C128__LOG2_WINDOW;
+}
+C128__FN int c128__claim_planes(const c128_ring *r) {
+  return 1 + (c128__tabled(r) && r->state_layout.score_block_table != NULL);
+}
+/* The most claims of a request that writes `count` positions (the parts they span, each plane),
+   and of a batch of `requests` within its row limit: claims are made only for a batch that passed
+   every other check. The device workspace holds the largest table any ring needs (blocks of 8
+   rows in two planes), sized before any request is read; the planners use their ring's. */
+C128__FN int64_t c128__claims_of(const c128_ring *r, int64_t count) {
+  return c128__claim_planes(r) * ((count >> c128__claim_shift(r)) + 2);
+}
+C128__FN int64_t c128__ring_claim_slots(const c128_ring *r, int64_t requests) {
+  return c128__claim_slots(c128__claim_planes(r) * ((C128_MAX_PREFILL_ROWS >> c128__claim_shift(r)) + 2 * requests));
+}
 C128__FN int64_t c128__page_table_slots(int64_t requests) {
-  return c128__claim_slots(C128_MAX_PREFILL_ROWS / C128_WINDOW + 2 * requests);
+  return c128__claim_slots(2 * ((C128_MAX_PREFILL_ROWS >> 3) + 2 * requests));
 }
 C128__FN uint64_t c128__cas64(uint64_t *slot, uint64_t expected, uint64_t desired) {
 #ifdef __CUDA_ARCH__
@@ -3437,32 +3472,77 @@ C128__FN uint64_t c128__cas64(uint64_t *slot, uint64_t expected, uint64_t desire
   return old;
 #endif
 }
-/* Records that request `req` writes `page`; returns 0 when another request already does. */
-C128__FN int c128__claim_page(uint64_t *table, int64_t slots, int32_t page, int64_t req) {
-  const uint64_t word = ((uint64_t)(uint32_t)page + 1) << 32 | (uint32_t)req;
-  int64_t i = (int64_t)(((uint64_t)page * 0x9E3779B97F4A7C15ull) >> 40) & (slots - 1);
+C128__FN int64_t c128__claim_home(int64_t key, int64_t slots) {
+  return (int64_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 40) & (slots - 1);
+}
+/* Claims `key` (below 2^32) for request `req`; 0 when it is claimed already. */
+C128__FN int c128__claim(uint64_t *table, int64_t slots, int64_t key, int64_t req) {
+  const uint64_t word = (uint64_t)key << 32 | (uint32_t)(req + 1);
+  int64_t i = c128__claim_home(key, slots);
   for (int64_t probe = 0; probe < slots; ++probe, i = (i + 1) & (slots - 1)) {
     const uint64_t old = c128__cas64(&table[i], 0, word);
-    if (old == 0 || old == word) return 1;
-    if (old >> 32 == word >> 32) return 0;
+    if (old == 0) return 1;
+    if (old >> 32 == (uint64_t)key) return 0;
   }
-  return 1; /* full: only a batch past its row limit fills it, and that limit refuses it first */
+  return 1; /* full: never, the table has twice the slots of a batch's claims */
 }
-/* Claims the pages of the request's written positions (one per 128 positions); 0 if another
-   request writes one of them, or if two ring chunks of this request name one page (their slots
-   would collide: a page-table row naming a page twice). The written positions span less than R,
-   so one chunk's page is the same page wherever it recurs. */
+/* Whether `key` is claimed; read once every claim is made. */
+C128__FN int c128__claimed(const uint64_t *table, int64_t slots, int64_t key) {
+  int64_t i = c128__claim_home(key, slots);
+  for (int64_t probe = 0; probe < slots && table[i]; ++probe, i = (i + 1) & (slots - 1))
+    if (table[i] >> 32 == (uint64_t)key) return 1;
+  return 0;
+}
+/* The key of the part that holds logical row `row` (as plans name it) in plane `plane`: its page,
+   or with a block table plane << 31 | its block; -1 where a table names no block (only a table
+   changed during the call: the batch's blocks were checked). */
+C128__FN int64_t c128__claim_key(const c128_ring *r, int64_t row, int plane) {
+  const c128_state_layout *l = &r->state_layout;
+  if (!c128__tabled(r)) return row / C128_WINDOW;
+  const int64_t table_row = row >> l->row_shift;
+  const int64_t column = (row & (((int64_t)1 << l->row_shift) - 1)) >> c128__claim_shift(r);
+  if (table_row >= l->table_rows || column >= l->table_stride) return -1;
+  const int32_t block = (plane ? l->score_block_table : l->block_table)[table_row * l->table_stride + column];
+  return block < 0 ? -1 : (int64_t)plane << 31 | block;
+}
+/* Claims the parts of logical row `row`, one a plane, for request `req`; 0 when one is claimed. */
+C128__FN int c128__claim_row(const c128_ring *r, int64_t row, uint64_t *table, int64_t slots, int64_t req) {
+  for (int plane = 0; plane < c128__claim_planes(r); ++plane) {
+    const int64_t key = c128__claim_key(r, row, plane);
+    if (key >= 0 && !c128__claim(table, slots, key, req)) return 0;
+  }
+  return 1;
+}
+/* Claims what a request writes at positions first .. seq_len - 1: the part of each ring chunk (or
+   table column) they span, each chunk once. They span at most R positions, so a chunk recurs only
+   as the last one, the first chunk's other rows: it is not claimed again. 0 when a part is claimed
+   already. Positions and R fit int32: the chunk in 32 bits (a 64-bit remainder is a call, whose
+   saved registers spilled in the device planner). */
 C128__FN int c128__claim_written(const c128_ring *r, c128_request q, int64_t first, uint64_t *table, int64_t slots,
                                  int64_t req) {
-  const int64_t ring = c128__ring_tokens(r);
-  int32_t page, other;
-  for (int64_t pos = first; pos < q.seq_len; pos = (pos / C128_WINDOW + 1) * C128_WINDOW) {
+  const int shift = c128__claim_shift(r);
+  const int32_t ring = (int32_t)c128__ring_tokens(r), chunk0 = ((int32_t)first % ring) >> shift;
+  int32_t page;
+  for (int64_t pos = first; pos < q.seq_len; pos = ((pos >> shift) + 1) << shift) {
+    if (pos != first && ((int32_t)pos % ring) >> shift == chunk0) break;
     if (c128__ring_page(r, q.pool_index, pos, &page) != C128_SUCCESS) continue;
-    for (int64_t at = (pos / C128_WINDOW + 1) * C128_WINDOW; at < q.seq_len; at += C128_WINDOW)
-      if ((at % ring) / C128_WINDOW != (pos % ring) / C128_WINDOW &&
-          c128__ring_page(r, q.pool_index, at, &other) == C128_SUCCESS && other == page)
-        return 0;
-    if (!c128__claim_page(table, slots, page, req)) return 0;
+    if (!c128__claim_row(r, (int64_t)page * C128_WINDOW + pos % C128_WINDOW, table, slots, req)) return 0;
+  }
+  return 1;
+}
+/* A decode plan's boundary window reads window rows 0..126 from the state in the same launch in
+   which every plan writes its new row: with blocks smaller than a window, none of the window's
+   blocks may be one the batch writes, but the new token's own (its column). Blocks nobody writes
+   may be read by any number of requests (prefix caching). 0 when one is claimed. */
+C128__FN int c128__window_unclaimed(const c128_ring *r, c128_decode_plan d, const uint64_t *table, int64_t slots) {
+  const int shift = c128__claim_shift(r);
+  if (!d.seq_len || d.write_loc % C128_WINDOW != C128__LAST_ROW || shift >= C128__LOG2_WINDOW) return 1;
+  for (int64_t row = (int64_t)d.read_page_1 * C128_WINDOW; row < d.write_loc; row += (int64_t)1 << shift) {
+    if (row >> shift == d.write_loc >> shift) continue;
+    for (int plane = 0; plane < c128__claim_planes(r); ++plane) {
+      const int64_t key = c128__claim_key(r, row, plane);
+      if (key >= 0 && c128__claimed(table, slots, key)) return 0;
+    }
   }
   return 1;
 }
@@ -3525,14 +3605,14 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
   c128_request *q = (c128_request *)c128__scratch_get(&request_scratch, (size_t)num_requests * sizeof *q);
   if (!q) return C128_ERROR_OUT_OF_MEMORY;
   memcpy(q, requests, (size_t)num_requests * sizeof *q);
-  int64_t rows = 0, nc = 0, nw = 0, pages = 0;
+  int64_t rows = 0, nc = 0, nw = 0, claims = 0;
   for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i) {
     if ((st = c128__request_check(&r, q[i], verify)) != C128_SUCCESS || c128__absent(q[i])) continue;
     if (rows + q[i].extend_len > C128_MAX_PREFILL_ROWS) st = C128_ERROR_TOO_MANY_ROWS;
     const c128__shape s = c128__request_shape(&r, q[i]);
     if (st == C128_SUCCESS) st = c128__request_pages(&r, q[i], s);
     rows += q[i].extend_len, nc += s.num_compress, nw += s.num_write;
-    pages += s.num_write / C128_WINDOW + 2; /* the pages its written positions touch, at most */
+    claims += c128__claims_of(&r, s.num_write);
   }
   if (st == C128_SUCCESS && (nc > capacity || nw > capacity)) st = C128_ERROR_CAPACITY_TOO_SMALL;
   /* The entries this call writes (all of them when padding) overlap nothing it reads, nor each other. */
@@ -3545,7 +3625,7 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
        c128__arrays_overlap(plans, 1, sizeof *plans, compress, wc, sizeof *compress) ||
        c128__arrays_overlap(plans, 1, sizeof *plans, write, ww, sizeof *write)))
     st = C128_ERROR_ALIASED;
-  const int64_t slots = c128__claim_slots(pages);
+  const int64_t slots = c128__claim_slots(claims);
   uint64_t *claimed = NULL;
   if (st == C128_SUCCESS && !(claimed = (uint64_t *)c128__scratch_get(&claim_scratch, (size_t)slots * sizeof *claimed)))
     st = C128_ERROR_OUT_OF_MEMORY;
@@ -3600,7 +3680,7 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
   if (c128__arrays_overlap(requests, batch, sizeof *requests, plans, batch, sizeof *plans) ||
       c128__ring_overlaps(&r, plans, batch, sizeof *plans))
     return C128_ERROR_ALIASED;
-  const int64_t slots = c128__claim_slots(batch); /* one page per request */
+  const int64_t slots = c128__claim_slots(c128__claim_planes(&r) * batch); /* one part a plane per request */
   c128__scratch scratch;
   c128_decode_plan *d =
       (c128_decode_plan *)c128__scratch_get(&scratch, (size_t)batch * sizeof *d + (size_t)slots * sizeof(uint64_t));
@@ -3610,8 +3690,10 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
     const c128_request q = requests[b]; /* read once */
     st = c128__decode_plan_of(&r, q, &d[b]);
   }
+  for (int64_t b = 0; b < batch && st == C128_SUCCESS; ++b) /* the new rows, then the windows */
+    if (d[b].seq_len && !c128__claim_row(&r, d[b].write_loc, claimed, slots, b)) st = C128_ERROR_PAGE_SHARED;
   for (int64_t b = 0; b < batch && st == C128_SUCCESS; ++b)
-    if (d[b].seq_len && !c128__claim_page(claimed, slots, d[b].read_page_1, b)) st = C128_ERROR_PAGE_SHARED;
+    if (!c128__window_unclaimed(&r, d[b], claimed, slots)) st = C128_ERROR_PAGE_SHARED;
   if (st == C128_SUCCESS) memcpy(plans, d, (size_t)batch * sizeof *d);
   free(scratch.heap);
   return st;
@@ -3635,10 +3717,12 @@ C128_API c128_status c128_requests_from_lens(const int32_t *seq_lens, const int3
 }
 
 /* The device planners: two launches, each a block program of steps (as the kernels'), which
-   c128_plan_*_device_host runs on the CPU. Kernel 1 is one block: step 0 clears the written-page
-   table; then per chunk of 256 requests, a step in which thread t copies request base + t into
-   the workspace, checks it and counts its plans, and a step in which thread 0 turns the counts
-   into exclusive prefix sums and the first error; the last step publishes status and counts.
+   c128_plan_*_device_host runs on the CPU. Kernel 1 is one block: step 0 clears the claim table;
+   then per chunk of 256 requests, a step in which thread t copies request base + t into the
+   workspace, checks it and counts its plans, and a step in which thread 0 turns the counts into
+   exclusive prefix sums and the first error; then, if no request failed, a step in which every
+   thread claims what its requests write, and one in which it checks their decode windows against
+   the claims; the last step publishes status and counts.
    Kernel 2: one thread per plan slot finds its request by binary search over the sums and
    computes its plan from the workspace's copy. */
 #define C128__PLAN_THREADS 256
@@ -3684,7 +3768,7 @@ C128_API size_t c128_plan_workspace_size(int64_t num_requests) {
 }
 
 C128__FN int c128__plan_steps(const c128__plan_params *p) {
-  return 2 + 2 * (int)((p->a.num_requests + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS);
+  return 4 + 2 * (int)((p->a.num_requests + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS);
 }
 
 /* Request i of the device planner's batch, from a c128_request array or the engine's arrays. */
@@ -3705,19 +3789,38 @@ C128__FN void c128__plan_count(const c128__plan_params *p, int64_t base, int tid
   const c128_request q = c128__request_at(&p->a, p->decode, i); /* the one read of the caller's request */
   c128__ws_requests(p)[i] = q;
   const c128_ring *r = &p->a.ring;
-  uint64_t *claimed = c128__ws_pages(p), *shared = (uint64_t *)p->a.workspace + C128__WS_SHARED;
-  const int64_t slots = c128__page_table_slots(p->a.num_requests);
   if (p->decode) {
     c128_decode_plan d;
     c->check[tid] = c128__decode_plan_of(r, q, &d);
-    if (c->check[tid] == C128_SUCCESS && d.seq_len && !c128__claim_page(claimed, slots, d.read_page_1, i)) *shared = 1;
     return;
   }
   if ((c->check[tid] = c128__request_check(r, q, p->a.verify)) != C128_SUCCESS || c128__absent(q)) return;
   const c128__shape s = c128__request_shape(r, q);
   c->pages[tid] = c128__request_pages(r, q, s);
   c->num_compress[tid] = s.num_compress, c->num_write[tid] = s.num_write, c->rows[tid] = q.extend_len;
-  if (c->pages[tid] == C128_SUCCESS && !c128__claim_written(r, q, s.first_write, claimed, slots, i)) *shared = 1;
+}
+
+/* The claims of a batch whose requests all passed (the status so far: its claims then fit the
+   table), thread tid taking requests tid, tid + 256, ...: what they write (step `windows` 0),
+   then, every claim made, the blocks their decode windows read (1). A page that no longer checks
+   (a page table changed) claims nothing: its plan's emission fails. */
+C128__FN void c128__plan_claims(const c128__plan_params *p, int windows, int tid, const c128__plan_chunk *c) {
+  if (c->status != C128_SUCCESS) return;
+  const c128_ring *r = &p->a.ring;
+  const c128_request *q = c128__ws_requests(p);
+  uint64_t *claimed = c128__ws_pages(p), *shared = (uint64_t *)p->a.workspace + C128__WS_SHARED;
+  const int64_t slots = c128__ring_claim_slots(r, p->a.num_requests);
+  for (int64_t i = tid; i < p->a.num_requests; i += C128__PLAN_THREADS) {
+    c128_decode_plan d;
+    if (!p->decode) {
+      if (!windows && !c128__absent(q[i]) &&
+          !c128__claim_written(r, q[i], c128__request_shape(r, q[i]).first_write, claimed, slots, i))
+        *shared = 1;
+    } else if (c128__decode_plan_of(r, q[i], &d) == C128_SUCCESS && d.seq_len) {
+      if (windows ? !c128__window_unclaimed(r, d, claimed, slots) : !c128__claim_row(r, d.write_loc, claimed, slots, i))
+        *shared = 1;
+    }
+  }
 }
 
 C128__FN void c128__plan_scan(const c128__plan_params *p, int64_t base, c128__plan_chunk *c) {
@@ -3753,7 +3856,7 @@ C128__FN void c128__plan_finish(const c128__plan_params *p, c128__plan_chunk *c)
 C128__FN void c128__plan_step(const c128__plan_params *p, int step, int tid, c128__plan_chunk *c) {
   const int last = c128__plan_steps(p) - 1;
   if (step == 0) {
-    const int64_t slots = c128__page_table_slots(p->a.num_requests);
+    const int64_t slots = c128__ring_claim_slots(&p->a.ring, p->a.num_requests);
     uint64_t *claimed = c128__ws_pages(p);
     for (int64_t k = tid; k < slots; k += C128__PLAN_THREADS) claimed[k] = 0;
     if (tid == 0) {
@@ -3762,6 +3865,8 @@ C128__FN void c128__plan_step(const c128__plan_params *p, int step, int tid, c12
     }
   } else if (step == last) {
     if (tid == 0) c128__plan_finish(p, c);
+  } else if (step >= last - 2) {
+    c128__plan_claims(p, step == last - 1, tid, c);
   } else {
     const int64_t base = (int64_t)((step - 1) / 2) * C128__PLAN_THREADS;
     if ((step - 1) % 2 == 0) c128__plan_count(p, base, tid, c);

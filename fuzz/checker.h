@@ -163,8 +163,6 @@ static void fz_mode_checker(fz_reader *r) {
   const int Dsafe = D >= 64 && D <= 512 && D % 64 == 0 ? D : 128;
   const int64_t index_rows =
       prefill ? (in_rows > 0 ? (in_rows < C128_MAX_PREFILL_ROWS ? in_rows : C128_MAX_PREFILL_ROWS) : 0) : len1;
-  /* open bug 8: an output index on a sharded state (see mode 0) */
-  if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
   fz_build_ext(&x, Dsafe, 4, pages >= 0 && pages < 12 ? pages : 12, span, index_rows, out_rows,
                pages >= 0 && pages <= 4096 ? pages : 64);
   fz_set_context("mode 4 (checker) %s head_dim %d dtypes %d/%d/%d pages %lld input_rows %lld output_rows %lld layout "

@@ -77,23 +77,6 @@ __attribute__((noreturn, format(printf, 2, 3))) static void fz_fail(int property
     if (!(cond)) fz_fail(property, __VA_ARGS__); \
   } while (0)
 
-/* >>guards: inputs steered around a library bug while it is open (fuzz/crashes/bugN-*.md). A
-   guard is on unless C128_FUZZ_UNGUARD names its bug ("7", "7,9" or "all"), which is how the
-   reproducer of an open bug replays it. Delete a guard with its fix. */
-static int fz_guard(int bug) {
-  const char *v = getenv("C128_FUZZ_UNGUARD");
-  if (!v || !*v) return 1;
-  if (!strcmp(v, "all")) return 0;
-  for (const char *p = v; *p;) {
-    char *end;
-    const long n = strtol(p, &end, 10);
-    if (end == p) break;
-    if (n == bug) return 0;
-    p = *end == ',' ? end + 1 : end;
-  }
-  return 1;
-}
-
 /* >>buffers: exactly the bytes asked for, so that AddressSanitizer sees one past the end ----- */
 static void *fz_alloc(size_t bytes) {
   void *p = NULL;

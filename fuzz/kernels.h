@@ -538,11 +538,6 @@ static void fz_mode_prefill(fz_reader *r) {
                  "layout {%d, %d, %d} corruption %d flags 0x%02x style %d windows_per_block %d",
                  I->name, (long long)P, (long long)N, (long long)NC, (long long)NW, (long long)O, lay.rank, lay.size,
                  lay.pages_per_rank, corrupt, flags, style, wgroup);
-  /* open bug 8: an output index on a sharded state runs the kernel of any layout, which ignores the
-     shared layout; open bug 7: biased state writes read ape, checked only where windows are written */
-  if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
-  const int corrupt_in =
-      fz_guard(7) && x.lsel && ((x.fsel >> 1) & 1) && (corrupt == 3 || corrupt == 9 || corrupt == 24) ? 0 : corrupt;
   fz_build_ext(&x, D, fz_es(I->buf), P, span, N, O, -1);
   fz_ext_context(&x);
 
@@ -594,12 +589,12 @@ static void fz_mode_prefill(fz_reader *r) {
    &(v).entry}
 #define FZ_PREFILL_TENSORS(v) \
   { (v).state, (v).input, (v).ape, (v).output }
-  fz_corrupt_prefill(&a, corrupt_in);
+  fz_corrupt_prefill(&a, corrupt);
   { /* aliasing (19..24) and the new pointers' corruptions: kept where the launch must refuse them */
     const c128_prefill_args b = a;
     const void *plans = a.compress_plans;
-    if (corrupt_in >= 19) {
-      fz_alias(corrupt_in, &a.state, &a.input, &a.ape, &a.output, &plans);
+    if (corrupt >= 19) {
+      fz_alias(corrupt, &a.state, &a.input, &a.ape, &a.output, &plans);
       a.compress_plans = (const c128_compress_plan *)plans;
     }
     const c128_prefill_args c = a;
@@ -609,7 +604,7 @@ static void fz_mode_prefill(fz_reader *r) {
     for (int pass = 0; pass < 2; ++pass) {
       const m_args ma = FZ_PREFILL_M_ARGS(a);
       const m_tensors_of tt = FZ_PREFILL_TENSORS(a);
-      const int aliasing = pass == 0 ? x.xc >= 11 && x.xc <= 19 : corrupt_in >= 19;
+      const int aliasing = pass == 0 ? x.xc >= 11 && x.xc <= 19 : corrupt >= 19;
       if (aliasing && m_launch_status(&ma, I, typed, &tt) == C128_SUCCESS) a = pass == 0 ? c : b;
     }
   }
@@ -732,14 +727,17 @@ static void fz_mode_prefill(fz_reader *r) {
       const int cls = fz_reason_class(w.reason);
       FZ_CHECK(2, cls == m.reason, "compress plan %lld: library reason %d (%s), the model says %s", (long long)k,
                w.reason, fz_lib_reason_text(w.reason), m.reason == M_RUN ? "run" : "skip");
+      /* the kernel of any layout names the window by its logical row, which on a sharded state of
+         today's layout (an output index) is the model's physical row through the shared layout */
+      const int64_t row0 = w.layout && !Kc.S.layout ? m_row(&Kc.S, w.state_row0, 0, NULL) : w.state_row0;
       if (cls == M_RUN)
         FZ_CHECK(2,
                  w.out_row == m.out && w.buffer_len == m.buffer_len && w.input_row0 == m.input_row0 &&
-                     (w.buffer_len == 0 || w.state_row0 == m.state_row0) &&
+                     (w.buffer_len == 0 || row0 == m.state_row0) &&
                      (!Kc.entry || w.position == (int64_t)cp[k].seq_len - 128),
                  "compress plan %lld: library window (out %lld, rows %lld/%lld) differs from the model's (%lld, "
                  "%lld/%lld)",
-                 (long long)k, (long long)w.out_row, (long long)w.state_row0, (long long)w.input_row0, (long long)m.out,
+                 (long long)k, (long long)w.out_row, (long long)row0, (long long)w.input_row0, (long long)m.out,
                  (long long)m.state_row0, (long long)m.input_row0);
     }
     for (int64_t k = 0; k < NW; ++k) {
@@ -888,10 +886,6 @@ static void fz_mode_decode(fz_reader *r) {
                  "%d flags 0x%02x style %d requests_per_block %d",
                  I->name, (long long)P, (long long)B, (long long)O, lay.rank, lay.size, lay.pages_per_rank, corrupt,
                  flags, style, group);
-  /* open bugs 8 and 7, as in mode 1 */
-  if (fz_guard(8) && x.isel && lay.size > 1 && !(x.esel && x.esel % 8 >= 1 && x.esel % 8 <= 6)) x.isel = 0;
-  const int corrupt_in =
-      fz_guard(7) && x.lsel && ((x.fsel >> 1) & 1) && (corrupt == 3 || corrupt == 9 || corrupt == 24) ? 0 : corrupt;
   fz_build_ext(&x, D, fz_es(I->buf), P, span, B, O, -1);
   fz_ext_context(&x);
 
@@ -930,12 +924,12 @@ static void fz_mode_decode(fz_reader *r) {
 #define FZ_DECODE_TENSORS(v) \
   { (v).state, (v).input, (v).ape, (v).output }
   const int compact_clean = !x.isel && !(x.esel && x.en.kind != C128_OUTPUT_POOLED);
-  if (!(corrupt_in == 17 && !compact_clean && B - 1 > O)) fz_corrupt_decode(&a, corrupt_in); /* 17: no rows past O */
+  if (!(corrupt == 17 && !compact_clean && B - 1 > O)) fz_corrupt_decode(&a, corrupt); /* 17: no rows past O */
   {
     const c128_decode_args b = a;
     const void *pl = a.plans;
-    if (corrupt_in >= 19) {
-      fz_alias(corrupt_in, &a.state, &a.input, &a.ape, &a.output, &pl);
+    if (corrupt >= 19) {
+      fz_alias(corrupt, &a.state, &a.input, &a.ape, &a.output, &pl);
       a.plans = (const c128_decode_plan *)pl;
     }
     const c128_decode_args c = a;
@@ -945,7 +939,7 @@ static void fz_mode_decode(fz_reader *r) {
     for (int pass = 0; pass < 2; ++pass) {
       const m_args ma = FZ_DECODE_M_ARGS(a);
       const m_tensors_of tt = FZ_DECODE_TENSORS(a);
-      const int aliasing = pass == 0 ? x.xc >= 11 && x.xc <= 19 : corrupt_in >= 19;
+      const int aliasing = pass == 0 ? x.xc >= 11 && x.xc <= 19 : corrupt >= 19;
       if (aliasing && m_launch_status(&ma, I, typed, &tt) == C128_SUCCESS) a = pass == 0 ? c : b;
     }
   }
@@ -1091,12 +1085,14 @@ static void fz_mode_decode(fz_reader *r) {
       FZ_CHECK(2, job.write_kv == m.wkv && (m.wkv < 0 || job.write_score == m.wsc) && job.boundary == m.boundary,
                "decode plan %lld: library write rows %lld/%lld, the model's %lld/%lld", (long long)b,
                (long long)job.write_kv, (long long)job.write_score, (long long)m.wkv, (long long)m.wsc);
+      /* the window's logical row in the kernel of any layout: physical through the shared layout (mode 1) */
+      const int64_t row0 = job.layout && !Kc.S.layout ? m_row(&Kc.S, job.read_row0, 0, NULL) : job.read_row0;
       if (job.boundary)
         FZ_CHECK(2,
-                 job.read_row0 == m.row0 && job.out_row == m.out && job.buffer_len == 127 &&
+                 row0 == m.row0 && job.out_row == m.out && job.buffer_len == 127 &&
                      (!Kc.entry || job.position == (int64_t)plans[b].seq_len - 128),
                  "decode plan %lld: library window (row %lld, out %lld) differs from the model's (%lld, %lld)",
-                 (long long)b, (long long)job.read_row0, (long long)job.out_row, (long long)m.row0, (long long)m.out);
+                 (long long)b, (long long)row0, (long long)job.out_row, (long long)m.row0, (long long)m.out);
     }
   }
 

@@ -963,7 +963,6 @@ def crashes():
                                                                      extra=12, kind=1, seed=0),
         "bug6-row-naming-one-page-twice.bin": planner_case(False, [(0, 300, 300)], R=256, spec=1, pages=8,
                                                            table=[5, 5, 2, 3], num_pool=2),
-        # open bugs (their guards steer the target around them; C128_FUZZ_UNGUARD=N replays them)
         "bug7-biased-writes-null-ape-decode.bin": decode_case(
             F32, 0x00, 1, [dict(seq=3, wpage=0, wslot=2)], out_extra=224, corrupt=3,
             ext=dict(layout=dict(B=128, biased=1), index=dict(sel=1))),

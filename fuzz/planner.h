@@ -121,7 +121,8 @@ static uint64_t fz_block_table_bytes(const c128_ring *ring) {
 }
 
 typedef struct m_page_use {
-  int64_t page, request, chunk; /* chunk: the ring chunk (pos mod R) / 128 the page serves */
+  int64_t page, request, chunk; /* chunk: the ring chunk (pos mod R) / 128 the page serves, or the
+                                   table column (pos mod R) / B the block serves */
 } m_page_use;
 static int m_page_use_order(const void *x, const void *y) {
   const m_page_use *a = (const m_page_use *)x, *b = (const m_page_use *)y;
@@ -130,12 +131,36 @@ static int m_page_use_order(const void *x, const void *y) {
   return (a->chunk > b->chunk) - (a->chunk < b->chunk);
 }
 /* One page written for two requests, or for two ring chunks of one request (their slots
-   collide: a page-table row that names a page twice). */
+   collide: a page-table row that names a page twice); with a block table the same of the physical
+   blocks, in each plane's table (`page` is plane << 31 | block), and table columns. */
 static int m_pages_shared(m_page_use *u, int64_t n) {
   qsort(u, (size_t)n, sizeof *u, m_page_use_order);
   for (int64_t i = 1; i < n; ++i)
     if (u[i].page == u[i - 1].page && (u[i].request != u[i - 1].request || u[i].chunk != u[i - 1].chunk)) return 1;
   return 0;
+}
+static int m_planes(const m_ring *mr) { return mr->tabled && mr->st ? 2 : 1; }
+/* The part of position pos of request x that holds its row in plane `plane`: page and chunk, or
+   with a block table plane << 31 | block and column. */
+static m_page_use m_part(const m_ring *mr, c128_request x, int64_t k, int64_t pos, int plane) {
+  m_page_use u = {0, k, 0};
+  if (mr->tabled) {
+    u.chunk = (pos % mr->R) / mr->B;
+    u.page = (int64_t)plane << 31 | (plane ? mr->st : mr->bt)[x.pool_index * mr->table_stride + u.chunk];
+  } else {
+    m_page(mr, x.pool_index, pos, &u.page), u.chunk = (pos % mr->R) / 128;
+  }
+  return u;
+}
+/* The parts request k writes at positions fw .. seq_len - 1 (all of them into u, when given), one
+   per ring chunk or table column they meet, in every plane. */
+static int64_t m_written(const m_ring *mr, c128_request x, int64_t k, int64_t fw, m_page_use *u) {
+  const int64_t unit = mr->tabled ? mr->B : 128;
+  int64_t m = 0;
+  for (int64_t pos = fw; pos < x.seq_len; pos = (pos / unit + 1) * unit)
+    for (int plane = 0; plane < m_planes(mr); ++plane, ++m)
+      if (u) u[m] = m_part(mr, x, k, pos, plane);
+  return m;
 }
 static int m_absent(c128_request q) { return q.seq_len == 0 && q.extend_len == 0; }
 
@@ -169,8 +194,8 @@ static c128_status m_prefill_batch(const m_ring *mr, const c128_request *q, int6
     for (int64_t pos = fw; pos < seq; pos = (pos / 128 + 1) * 128) { /* writes: one page per chunk */
       const c128_status st = m_page(mr, x.pool_index, pos, &page);
       if (st != C128_SUCCESS) return st;
-      ++nuse;
     }
+    nuse += m_written(mr, x, k, fw, NULL);
     const c128_status bst = m_blocks(mr, x.pool_index, fw, seq - fw); /* the written rows' blocks */
     if (bst != C128_SUCCESS) return bst;
     nc += seq / 128 - prefix / 128, nw += seq - fw, rows += x.extend_len;
@@ -183,8 +208,7 @@ static c128_status m_prefill_batch(const m_ring *mr, const c128_request *q, int6
     const c128_request x = q[k];
     if (m_absent(x)) continue;
     const int64_t seq = x.seq_len, prefix = seq - x.extend_len, fw0 = m_first_write(mr, seq);
-    for (int64_t pos = fw0 > prefix ? fw0 : prefix; pos < seq; pos = (pos / 128 + 1) * 128, ++m)
-      m_page(mr, x.pool_index, pos, &u[m].page), u[m].request = k, u[m].chunk = (pos % mr->R) / 128;
+    m += m_written(mr, x, k, fw0 > prefix ? fw0 : prefix, u + m);
   }
   const int shared = m_pages_shared(u, m);
   free(u);
@@ -193,7 +217,7 @@ static c128_status m_prefill_batch(const m_ring *mr, const c128_request *q, int6
   return C128_SUCCESS;
 }
 static c128_status m_decode_batch(const m_ring *mr, const c128_request *q, int64_t n) {
-  m_page_use *u = (m_page_use *)fz_alloc((size_t)n * sizeof *u + 1);
+  m_page_use *u = (m_page_use *)fz_alloc((size_t)n * 2 * sizeof *u + 1);
   int64_t m = 0;
   c128_status st = C128_SUCCESS;
   for (int64_t k = 0; k < n && st == C128_SUCCESS; ++k) {
@@ -207,9 +231,24 @@ static c128_status m_decode_batch(const m_ring *mr, const c128_request *q, int64
     /* the new row's block, and at a boundary the blocks of the window's 127 rows before it */
     if (st == C128_SUCCESS) st = m_blocks(mr, q[k].pool_index, boundary ? p - 127 : p, boundary ? 128 : 1);
     if (st == C128_SUCCESS && boundary && mr->rope > 0 && p - 127 >= mr->rope) st = C128_ERROR_ROPE_TABLE_TOO_SHORT;
-    u[m].page = page1, u[m].request = k, u[m].chunk = 0, ++m;
+    if (st == C128_SUCCESS) m += m_written(mr, q[k], k, p, u + m); /* the new row's page, or blocks */
   }
   if (st == C128_SUCCESS && m_pages_shared(u, m)) st = C128_ERROR_PAGE_SHARED;
+  /* A boundary window reads its rows in the launch that writes every new row: with blocks of
+     fewer than 128 rows, none of its blocks may be written by the batch, but its own new row's
+     (its column); blocks nobody writes any request may read. */
+  for (int64_t k = 0; k < n && st == C128_SUCCESS && mr->tabled && mr->B < 128; ++k) {
+    const int64_t p = (int64_t)q[k].seq_len - 1;
+    if (p < 0 || p % 128 != 127) continue;
+    for (int64_t pos = p - 127; pos < p && st == C128_SUCCESS; pos += mr->B) {
+      if ((pos % mr->R) / mr->B == (p % mr->R) / mr->B) continue;
+      for (int plane = 0; plane < m_planes(mr); ++plane) {
+        const m_page_use w = m_part(mr, q[k], k, pos, plane);
+        for (int64_t i = 0; i < m; ++i)
+          if (u[i].page == w.page) st = C128_ERROR_PAGE_SHARED;
+      }
+    }
+  }
   free(u);
   return st;
 }
@@ -346,15 +385,6 @@ static void fz_check_planned(const c128_ring *ring, const c128_compress_plan *c,
   c128_plan_report rep = {0, C128_PLAN_DECODE, msg, sizeof msg};
   const c128_status st = c128_check_prefill_plans(&a, &rep);
   FZ_CHECK(6, st == C128_SUCCESS, "%s: planned batch fails the checker: %s (%s)", who, c128_status_string(st), msg);
-}
-
-typedef struct fz_pair {
-  int64_t value, index;
-} fz_pair;
-static int fz_pair_order(const void *x, const void *y) { /* by value, then by index */
-  const fz_pair *a = (const fz_pair *)x, *b = (const fz_pair *)y;
-  if (a->value != b->value) return a->value < b->value ? -1 : 1;
-  return (a->index > b->index) - (a->index < b->index);
 }
 
 /* The device planner's argument checks, in its order: the ring; negative sizes; counts past the
@@ -656,20 +686,6 @@ static void fz_mode_planner(fz_reader *r) {
     } else { /* sizes no buffer holds: only where the planners refuse them */
       btable = (int32_t *)fz_alloc(16), memset(btable, 0xFF, 16);
       if (stab) stable = (int32_t *)fz_alloc(16), memset(stable, 0xFF, 16);
-    }
-    /* open bug 9: the planners claim logical pages, so two table entries naming one block (two
-       requests', or two chunks of one request) pass them and the checker refuses the batch; steer
-       around it: a block named twice in a table is not allocated the second time */
-    if (fz_guard(9) && bentries > 0) {
-      fz_pair *pairs = (fz_pair *)fz_alloc((size_t)bentries * sizeof *pairs);
-      for (int plane = 0; plane < 1 + (stable != NULL); ++plane) {
-        int32_t *t = plane ? stable : btable;
-        for (int64_t k = 0; k < bentries; ++k) pairs[k].value = t[k], pairs[k].index = k;
-        qsort(pairs, (size_t)bentries, sizeof *pairs, fz_pair_order);
-        for (int64_t k = 1; k < bentries; ++k)
-          if (pairs[k].value >= 0 && pairs[k].value == pairs[k - 1].value) t[pairs[k].index] = -1;
-      }
-      free(pairs);
     }
     l->block_table = btable, l->score_block_table = stable;
     if (stab || (tsel & 0x10)) l->score_plane = (void *)&ring; /* never read by a planner */

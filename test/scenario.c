@@ -79,9 +79,23 @@ static c128_status spec_blocks(const c128_ring *ring, int32_t pool_index, int64_
 
 /* Every request is checked before any plan is built; compress events are enumerated by window
    end and writes by position range (the closed forms of SPEC 5), then copied out if they fit. */
+/* What holds the row `row` a plan names in table `t` (0: kv, 1: the score table): its page, or with
+   a block table (DESIGN 5.11) its block, t << 31 | block, and the table column it serves. */
+static int64_t spec_part(const c128_ring *ring, int64_t row, int t, int64_t *chunk) {
+  const c128_state_layout *l = &ring->state_layout;
+  const int64_t R = spec_ring_tokens(ring);
+  if (!spec_tabled(ring)) return *chunk = -1, row / W; /* the page; its chunk comes from the position */
+  const int64_t B = l->block_rows ? l->block_rows : W, column = (row % R) / B;
+  *chunk = column;
+  return (int64_t)t << 31 | (t ? l->score_block_table : l->block_table)[(row / R) * l->table_stride + column];
+}
+static int spec_tables(const c128_ring *ring) {
+  return spec_tabled(ring) && ring->state_layout.score_block_table ? 2 : 1;
+}
 /* Pages of different requests are distinct, and so are the pages of one request's ring chunks:
    no state page may be written by two requests of one batch, or for two chunks of one request
-   (the write plans of request i are contiguous, in batch order). */
+   (the write plans of request i are contiguous, in batch order). With a block table the same of
+   the blocks in each table and the table columns. */
 static c128_status spec_pages_unshared(const c128_write_plan *wp, int64_t nw, const c128_request *reqs, int64_t n,
                                        const c128_ring *ring) {
   int64_t *owner = malloc((size_t)(nw + 1) * sizeof *owner), *chunk = malloc((size_t)(nw + 1) * sizeof *chunk);
@@ -93,11 +107,16 @@ static c128_status spec_pages_unshared(const c128_write_plan *wp, int64_t nw, co
     for (int64_t pos = first > prefix ? first : prefix; pos < seq; ++pos) owner[k] = i, chunk[k++] = (pos % R) / W;
   }
   c128_status st = C128_SUCCESS;
-  for (int64_t a = 0; a < nw && st == C128_SUCCESS; ++a)
-    for (int64_t b = a + 1; b < nw; ++b)
-      if ((owner[a] != owner[b] || chunk[a] != chunk[b]) && wp[a].write_loc / W == wp[b].write_loc / W) {
-        st = C128_ERROR_PAGE_SHARED;
-        break;
+  for (int t = 0; t < spec_tables(ring); ++t)
+    for (int64_t a = 0; a < nw && st == C128_SUCCESS; ++a)
+      for (int64_t b = a + 1; b < nw; ++b) {
+        int64_t ca, cb;
+        const int64_t pa = spec_part(ring, wp[a].write_loc, t, &ca), pb = spec_part(ring, wp[b].write_loc, t, &cb);
+        if (spec_tabled(ring)) chunk[a] = ca, chunk[b] = cb;
+        if ((owner[a] != owner[b] || chunk[a] != chunk[b]) && pa == pb) {
+          st = C128_ERROR_PAGE_SHARED;
+          break;
+        }
       }
   free(owner), free(chunk);
   return st;
@@ -179,10 +198,30 @@ c128_status spec_plan_decode(const c128_ring *ring, const c128_request *reqs, in
     }
     plans[b] = d;
   }
-  for (int64_t a = 0; a < n; ++a) /* two requests never write one page */
-    for (int64_t b = a + 1; b < n; ++b)
-      if (plans[a].seq_len && plans[b].seq_len && plans[a].read_page_1 == plans[b].read_page_1)
-        return C128_ERROR_PAGE_SHARED;
+  for (int t = 0; t < spec_tables(ring); ++t) /* two requests never write one page (or block) */
+    for (int64_t a = 0; a < n; ++a)
+      for (int64_t b = a + 1; b < n; ++b) {
+        int64_t chunk;
+        if (plans[a].seq_len && plans[b].seq_len &&
+            spec_part(ring, plans[a].write_loc, t, &chunk) == spec_part(ring, plans[b].write_loc, t, &chunk))
+          return C128_ERROR_PAGE_SHARED;
+      }
+  /* With blocks of fewer than 128 rows a boundary window reads blocks other than its new row's, in
+     the launch that writes every new row: none of them may be a block the batch writes (a block
+     nobody writes may be read by any request). */
+  const int64_t B = ring->state_layout.block_rows ? ring->state_layout.block_rows : W;
+  for (int64_t a = 0; a < n && spec_tabled(ring) && B < W; ++a) {
+    if (!plans[a].seq_len || plans[a].write_loc % W != W - 1) continue;
+    for (int64_t row = (int64_t)plans[a].read_page_1 * W; row < plans[a].write_loc; ++row) {
+      if (row / B == plans[a].write_loc / B) continue; /* the new row's own block */
+      for (int t = 0; t < spec_tables(ring); ++t)
+        for (int64_t b = 0; b < n; ++b) {
+          int64_t chunk;
+          if (plans[b].seq_len && spec_part(ring, row, t, &chunk) == spec_part(ring, plans[b].write_loc, t, &chunk))
+            return C128_ERROR_PAGE_SHARED;
+        }
+    }
+  }
   return C128_SUCCESS;
 }
 

@@ -1242,13 +1242,13 @@ Test(cpu, attack_property_planner_implies_checker) { /* classes 9 and 12 */
     const c128_status st = decode ? c128_plan_decode(&ring, q, n, dp) : c128_plan_prefill(&ring, q, n, verify, &p);
     int32_t status = -1;
     int64_t counts[2] = {-1, -1};
-    uint64_t ws[4096];
-    cr_assert(c128_plan_workspace_size(n) <= sizeof ws);
+    void *ws = xalloc(c128_plan_workspace_size(n));
     c128_device_plan_args a;
     memset(&a, 0, sizeof a);
     a.ring = ring, a.requests = q, a.num_requests = n, a.verify = verify, a.capacity = decode ? 0 : cap;
     a.compress = dcp, a.write = dwp, a.decode = ddp, a.status = &status, a.counts = counts, a.workspace = ws;
     const c128_status ret = decode ? c128_plan_decode_device_host(&a) : c128_plan_prefill_device_host(&a);
+    free(ws);
     const c128_status dst = ret != C128_SUCCESS ? ret : (c128_status)status;
     cr_assert_eq(dst, st, "iteration %d (seed %llu): host planner %s, device planner %s", it,
                  (unsigned long long)r.seed, STATUS(st), STATUS(dst));
@@ -1272,6 +1272,197 @@ Test(cpu, attack_property_planner_implies_checker) { /* classes 9 and 12 */
               refused[C128_ERROR_PAGE_SHARED], refused[C128_ERROR_CAPACITY_TOO_SMALL],
               refused[C128_ERROR_PAGE_OUT_OF_RANGE], refused[C128_ERROR_POOL_INDEX_OUT_OF_RANGE]);
   cr_assert(planned > 100 && refused[C128_ERROR_PAGE_SHARED] > 10, "the batches did not exercise both sides");
+}
+
+/* With a block table (DESIGN 5.11) plans name logical rows, one range of R = 2^row_shift rows per
+   table row, and the planners claimed logical pages: two table entries naming one block passed
+   them (two requests', or two columns of one request's row), the checker then rejected the
+   batch, and the kernels would have raced on the block. The planners now claim the physical
+   blocks a batch writes, in every plane's table, and a decode window may read no block another
+   plan of the batch writes; blocks only read may be read by any request (prefix caching). */
+enum { BT_CAP = 2048 };
+static char bt_score_plane; /* a score plane's address: the planners and the checker never read it */
+
+/* Both planners (the device one on the host) on a block-table ring: the same status and bytes;
+   a batch they plan passes the checker over the ring's state layout; a batch they refuse leaves
+   the host planner's arrays as they were and the device planner's all sentinels, counts 0. */
+static c128_status plan_tabled(const c128_ring *ring, const c128_request *q, int64_t n, int decode, const char *what) {
+  c128_compress_plan *cp = xalloc(BT_CAP * sizeof *cp), *dcp = xalloc(BT_CAP * sizeof *cp);
+  c128_write_plan *wp = xalloc(BT_CAP * sizeof *wp), *dwp = xalloc(BT_CAP * sizeof *wp);
+  c128_decode_plan *dp = xalloc((size_t)(n + 1) * sizeof *dp), *ddp = xalloc((size_t)(n + 1) * sizeof *dp);
+  memset(cp, CANARY, BT_CAP * sizeof *cp), memset(dcp, CANARY, BT_CAP * sizeof *cp);
+  memset(wp, CANARY, BT_CAP * sizeof *wp), memset(dwp, CANARY, BT_CAP * sizeof *wp);
+  memset(dp, CANARY, (size_t)n * sizeof *dp), memset(ddp, CANARY, (size_t)n * sizeof *dp);
+  c128_prefill_plans p = {cp, wp, BT_CAP, 1, -7, -7};
+  const c128_status st = decode ? c128_plan_decode(ring, q, n, dp) : c128_plan_prefill(ring, q, n, 0, &p);
+  int32_t status = -1;
+  int64_t counts[2] = {-1, -1};
+  c128_device_plan_args a;
+  memset(&a, 0, sizeof a);
+  a.ring = *ring, a.requests = q, a.num_requests = n, a.capacity = decode ? 0 : BT_CAP;
+  a.compress = dcp, a.write = dwp, a.decode = ddp, a.status = &status, a.counts = counts;
+  a.workspace = xalloc(c128_plan_workspace_size(n));
+  const c128_status ret = decode ? c128_plan_decode_device_host(&a) : c128_plan_prefill_device_host(&a);
+  const c128_status dev = ret != C128_SUCCESS ? ret : (c128_status)status;
+  cr_assert_eq(dev, st, "%s: host planner %s, device planner %s", what, STATUS(st), STATUS(dev));
+  if (st != C128_SUCCESS) {
+    cr_assert(decode ? untouched(dp, (size_t)n * sizeof *dp)
+                     : untouched(cp, BT_CAP * sizeof *cp) && untouched(wp, BT_CAP * sizeof *wp) && p.num_compress == -7,
+              "%s: refused, but the host planner wrote", what);
+    const c128_compress_plan no_c = C128_INVALID_COMPRESS_PLAN;
+    const c128_write_plan no_w = C128_INVALID_WRITE_PLAN;
+    const c128_decode_plan pad = C128_PADDING_DECODE_PLAN;
+    for (int64_t k = 0; decode && k < n; ++k)
+      cr_assert(memcmp(&ddp[k], &pad, sizeof pad) == 0, "%s: refused, decode plan %lld not padding", what,
+                (long long)k);
+    for (int64_t k = 0; !decode && k < BT_CAP; ++k)
+      cr_assert(memcmp(&dcp[k], &no_c, sizeof no_c) == 0 && memcmp(&dwp[k], &no_w, sizeof no_w) == 0,
+                "%s: refused, device plan %lld not a sentinel", what, (long long)k);
+    cr_assert(decode || (counts[0] == 0 && counts[1] == 0), "%s: refused, counts %lld/%lld", what, (long long)counts[0],
+              (long long)counts[1]);
+  } else {
+    char msg[200] = "";
+    c128_plan_report rep = {0, C128_PLAN_DECODE, msg, sizeof msg};
+    c128_status cs;
+    if (decode) {
+      cr_assert(memcmp(dp, ddp, (size_t)n * sizeof *dp) == 0, "%s: the planners' decode plans differ", what);
+      c128_decode_args d;
+      memset(&d, 0, sizeof d);
+      d.head_dim = D, d.state_pages = ring->state_pages, d.state_layout = ring->state_layout;
+      d.output_rows = n, d.plans = dp, d.batch = n;
+      cs = c128_check_decode_plans(&d, &rep);
+    } else {
+      cr_assert(counts[0] == p.num_compress && counts[1] == p.num_write, "%s: the planners' counts differ", what);
+      cr_assert(memcmp(cp, dcp, BT_CAP * sizeof *cp) == 0 && memcmp(wp, dwp, BT_CAP * sizeof *wp) == 0,
+                "%s: the planners' prefill plans differ", what);
+      c128_prefill_args f;
+      memset(&f, 0, sizeof f);
+      f.head_dim = D, f.state_pages = ring->state_pages, f.state_layout = ring->state_layout;
+      f.input_rows = C128_MAX_PREFILL_ROWS, f.output_rows = p.num_compress;
+      f.compress_plans = cp, f.num_compress = p.num_compress, f.write_plans = wp, f.num_write = p.num_write;
+      cs = c128_check_prefill_plans(&f, &rep);
+    }
+    cr_assert_eq(cs, C128_SUCCESS, "%s: the planners accepted a batch their checker rejects: %s", what, msg);
+  }
+  free(a.workspace), free(cp), free(dcp), free(wp), free(dwp), free(dp), free(ddp);
+  return st;
+}
+
+/* A ring of `rows` table rows of `stride` columns, blocks of `B` rows, R = 2^row_shift; each
+   table's entry k is block k (every block distinct) unless the test changes it. */
+typedef struct bt_ring {
+  c128_ring ring;
+  int32_t table[2][8 * 128];
+} bt_ring;
+static void bt_make(bt_ring *b, int64_t rows, int64_t stride, int32_t B, int32_t row_shift, int score_table) {
+  memset(b, 0, sizeof *b);
+  cr_assert(rows * stride <= 8 * 128);
+  for (int64_t k = 0; k < rows * stride; ++k)
+    b->table[0][k] = (int32_t)k, b->table[1][k] = (int32_t)(rows * stride - 1 - k);
+  b->ring.state_pages = rows * stride;
+  c128_state_layout *l = &b->ring.state_layout;
+  l->block_rows = B, l->block_table = b->table[0], l->table_rows = rows, l->table_stride = stride;
+  l->row_shift = row_shift;
+  if (score_table) l->score_block_table = b->table[1], l->score_plane = &bt_score_plane;
+}
+
+Test(cpu, attack_planners_refuse_a_block_named_twice) { /* class 9 */
+  rng r = rng_fresh();
+  bt_ring b;
+  /* the fuzzer's reproducer: two rows of 128 columns cycling over 4 blocks; request 1 writes
+     position 4 into a block that request 0's boundary window reads (and request 0's own row names
+     the block of its new token for three more columns of its window) */
+  bt_make(&b, 2, 128, 8, 10, 0);
+  int32_t perm[4] = {0, 1, 2, 3};
+  for (int k = 3; k > 0; --k) {
+    const int j = (int)rng_below(&r, k + 1), v = perm[k];
+    perm[k] = perm[j], perm[j] = v;
+  }
+  for (int k = 0; k < 256; ++k) b.table[0][k] = perm[k % 4];
+  b.ring.state_pages = 4;
+  const c128_request repro[2] = {{0, 128, 0}, {1, 5, 0}};
+  cr_assert_eq(plan_tabled(&b.ring, repro, 2, 1, "reproducer"), C128_ERROR_PAGE_SHARED);
+
+  /* decode, B = 8, R = 1024; request 0 at a boundary (window in columns 0..15, new token in 15) */
+  const c128_request dq[2] = {{0, 128, 1}, {1, 5, 1}};
+  bt_make(&b, 2, 128, 8, 10, 0);
+  cr_assert_eq(plan_tabled(&b.ring, dq, 2, 1, "distinct blocks"), C128_SUCCESS);
+  b.table[0][128] = b.table[0][3]; /* request 1's new token into a block request 0's window reads */
+  cr_assert_eq(plan_tabled(&b.ring, dq, 2, 1, "a block written and read in one decode launch"), C128_ERROR_PAGE_SHARED);
+  bt_make(&b, 2, 128, 8, 10, 0);
+  b.table[0][3] = b.table[0][15]; /* request 0's window reads the block its new token goes to, twice */
+  cr_assert_eq(plan_tabled(&b.ring, dq, 1, 1, "a row naming the written block twice"), C128_ERROR_PAGE_SHARED);
+  bt_make(&b, 2, 128, 8, 10, 0);
+  const c128_request dw[2] = {{0, 5, 1}, {1, 3, 1}};
+  b.table[0][128] = b.table[0][0]; /* rows 4 and 2 of one block, for two requests */
+  cr_assert_eq(plan_tabled(&b.ring, dw, 2, 1, "one block written by two requests"), C128_ERROR_PAGE_SHARED);
+  /* two boundary windows reading one block that neither writes: prefix sharing, allowed */
+  bt_make(&b, 2, 128, 8, 10, 1);
+  const c128_request both[2] = {{0, 128, 1}, {1, 128, 1}};
+  for (int k = 0; k < 12; ++k) b.table[0][128 + k] = b.table[0][k], b.table[1][128 + k] = b.table[1][k];
+  cr_assert_eq(plan_tabled(&b.ring, both, 2, 1, "windows sharing read-only blocks"), C128_SUCCESS);
+  b.table[1][128 + 15] = b.table[1][5]; /* request 1's new score row into a score block request 0 reads */
+  cr_assert_eq(plan_tabled(&b.ring, both, 2, 1, "a score block written and read"), C128_ERROR_PAGE_SHARED);
+
+  /* prefill: two requests writing one block (positions 8..15 of request 0, 0..4 of request 1) */
+  const c128_request pq[2] = {{0, 16, 16}, {1, 5, 5}};
+  bt_make(&b, 2, 128, 8, 10, 1);
+  cr_assert_eq(plan_tabled(&b.ring, pq, 2, 0, "distinct blocks"), C128_SUCCESS);
+  b.table[0][128] = b.table[0][1];
+  cr_assert_eq(plan_tabled(&b.ring, pq, 2, 0, "one block written by two requests"), C128_ERROR_PAGE_SHARED);
+  bt_make(&b, 2, 128, 8, 10, 1);
+  b.table[1][128] = b.table[1][1]; /* the same through the score plane's own table */
+  cr_assert_eq(plan_tabled(&b.ring, pq, 2, 0, "one score block written by two requests"), C128_ERROR_PAGE_SHARED);
+  bt_make(&b, 2, 128, 8, 10, 0);
+  b.table[0][1] = b.table[0][0]; /* one request's positions 0..7 and 8..15 on one block */
+  cr_assert_eq(plan_tabled(&b.ring, pq, 1, 0, "a row naming a written block twice"), C128_ERROR_PAGE_SHARED);
+  /* compress windows reading shared blocks, nothing written there: allowed */
+  bt_make(&b, 2, 128, 8, 10, 0);
+  const c128_request cq[2] = {{0, 128, 28}, {1, 128, 28}}; /* rows 0..99 from the state, no writes */
+  for (int k = 0; k < 12; ++k) b.table[0][128 + k] = b.table[0][k];
+  cr_assert_eq(plan_tabled(&b.ring, cq, 2, 0, "compress windows sharing read-only blocks"), C128_SUCCESS);
+  /* R = 128, every row written (the last 128 tokens, 172..299): column 5 holds positions 172..175
+     and 296..299 of one block, rows apart; not a block named twice */
+  bt_make(&b, 1, 16, 8, 7, 0);
+  b.ring.write_all = 1;
+  const c128_request wrap[1] = {{0, 300, 300}};
+  cr_assert_eq(plan_tabled(&b.ring, wrap, 1, 0, "a ring wrapping onto its first column"), C128_SUCCESS);
+  b.table[0][9] = b.table[0][2];
+  cr_assert_eq(plan_tabled(&b.ring, wrap, 1, 0, "a wrapping ring naming a block twice"), C128_ERROR_PAGE_SHARED);
+}
+
+/* Property: on random block-table rings (blocks of 8..256 rows, a score table or not, tables
+   naming blocks twice, unallocated entries), whatever the batch, the planners agree byte for
+   byte and status for status, and a batch they plan passes the checker over the ring's layout. */
+Test(cpu, attack_property_block_table_planner_implies_checker) { /* class 9 */
+  rng r = rng_fresh();
+  int planned = 0, shared = 0;
+  for (int it = 0; it < 2500; ++it) {
+    const int decode = (int)rng_below(&r, 3) == 0;
+    const int32_t B = 8 << rng_below(&r, 6), rs = 7 + (int32_t)rng_below(&r, 3);
+    const int64_t rows = 1 + rng_below(&r, 6), stride = ((int64_t)1 << rs) / B > 0 ? ((int64_t)1 << rs) / B : 1;
+    bt_ring b;
+    bt_make(&b, rows, stride, B, rs, (int)rng_below(&r, 3) == 0);
+    b.ring.state_pages = 2 + rng_below(&r, rows * stride + 8);
+    b.ring.write_all = (int32_t)rng_below(&r, 2);
+    b.ring.speculative = rs > 7 && rng_below(&r, 2);
+    for (int t = 0; t < 2; ++t)
+      for (int64_t k = 0; k < rows * stride; ++k)
+        b.table[t][k] = rng_below(&r, 16) ? (int32_t)rng_below(&r, b.ring.state_pages) : -1;
+    c128_request q[8];
+    const int64_t n = 1 + rng_below(&r, 6);
+    for (int64_t k = 0; k < n; ++k) {
+      q[k].pool_index = (int32_t)rng_below(&r, rows);
+      q[k].seq_len = (int32_t)(1 + rng_below(&r, 600));
+      q[k].extend_len = decode ? 1 : (int32_t)(1 + rng_below(&r, q[k].seq_len < 200 ? q[k].seq_len : 200));
+    }
+    char what[80];
+    snprintf(what, sizeof what, "iteration %d (seed %llu)", it, (unsigned long long)r.seed);
+    const c128_status st = plan_tabled(&b.ring, q, n, decode, what);
+    planned += st == C128_SUCCESS, shared += st == C128_ERROR_PAGE_SHARED;
+  }
+  cr_log_info("block tables: %d batches planned, %d refused for a shared block", planned, shared);
+  cr_assert(planned > 100 && shared > 100, "the batches did not exercise both sides (%d, %d)", planned, shared);
 }
 
 /* ---- class 10: the race checker and the machine's memory ------------------------------------ */
@@ -1545,6 +1736,85 @@ Test(cpu, attack_property_first_offending_plan) { /* class 14 */
               "prefix to plan %lld: %s index %lld", (long long)f, STATUS(at), (long long)rep2.index);
   }
   cr_assert(named > 1000);
+}
+
+/* ---- class 15: a tensor the launch reads in calls that it did not check it for ------------- */
+/* A biased state (c128_state_layout.score_biased, DESIGN 5.9) stores score + ape[slot]: every
+   state write reads ape, also in a call that writes no window (decode with an output index and
+   no output rows, prefill with write plans only). The launches required, aligned and
+   alias-checked ape only where a window could be written, and then read a NULL ape (a crash on
+   the CPU, a fault or a misaligned load on the GPU). Such a call is now refused like any other
+   whose ape is NULL, misaligned or inside a written tensor, and writes nothing; with a good ape
+   exactly the planned rows change, each score its input plus ape's row, rounded once. The
+   checker, which never looks at tensors, accepts the same arguments. */
+static void expect_biased_rows(const tensors *t, const void *state0, c128_dtype buf, const int32_t *loc,
+                               const int64_t *src, int n, const char *what, uint64_t seed) {
+  const size_t bytes = sizeof t->state;
+  unsigned char *want = clone_bytes(state0, bytes);
+  for (int k = 0; k < n; ++k)
+    for (int c = 0; c < 2 * D; ++c) {
+      const float x = t->input[src[k] * 2 * D + c];
+      const float v = c < D ? x : x + t->ape[(loc[k] % 128) * D + (c - D)];
+      elem_set(want, (size_t)loc[k] * 2 * D + (size_t)c, buf, v);
+    }
+  cr_assert(memcmp(t->state, want, bytes) == 0, "%s (seed %llu): the state is not the planned rows' biased input", what,
+            (unsigned long long)seed);
+  free(want);
+}
+
+Test(cpu, attack_biased_writes_need_ape) { /* class 15 */
+  rng r = rng_fresh();
+  const c128_dtype bufs[2] = {C128_F32, C128_BF16};
+  for (int it = 0; it < 8; ++it) {
+    const c128_dtype buf = bufs[it % 2];
+    const int decode = (it / 2) % 2, with_entries = it / 4; /* no output rows, or no cache pages */
+    tensors *t = tensors_make(&r);
+    /* two rows of two different pages, slot 127 excluded (a boundary would compress) */
+    int32_t loc[2];
+    loc[0] = (int32_t)(rng_below(&r, PAGES / 2) * 128 + rng_below(&r, 127));
+    loc[1] = (int32_t)((PAGES / 2 + rng_below(&r, PAGES / 2)) * 128 + rng_below(&r, 127));
+    const int64_t src[2] = {decode ? 0 : rng_below(&r, ROWS / 2), decode ? 1 : ROWS / 2 + rng_below(&r, ROWS / 2)};
+    int64_t index[ROWS];
+    for (int k = 0; k < ROWS; ++k) index[k] = rng_below(&r, 4);
+    c128_state_layout biased;
+    memset(&biased, 0, sizeof biased);
+    biased.block_rows = 128, biased.score_biased = 1;
+    c128_entry_args entries;
+    memset(&entries, 0, sizeof entries);
+    entries.kind = C128_OUTPUT_DSV4_BF16, entries.norm_eps = 1e-6f, entries.entries_per_page = 1;
+    entries.page_bytes = 2 * D, entries.cache_pages = 0; /* the cache, gamma and RoPE table go unread */
+    c128_decode_args d = decode_of(t);
+    c128_prefill_args p = prefill_of(t);
+    d.state_dtype = p.state_dtype = buf, d.state_layout = p.state_layout = biased;
+    for (int k = 0; k < 2; ++k)
+      t->dplans[k] = (c128_decode_plan){(uint32_t)(loc[k] % 128 + 1), loc[k], 0, loc[k] / 128};
+    d.output_index = index, d.output_rows = 0;
+    for (int k = 0; k < 2; ++k) t->wplans[k] = (c128_write_plan){(uint32_t)src[k], loc[k]};
+    p.num_compress = 0, p.output_rows = 0;
+    if (with_entries) d.entry = p.entry = entries, d.output = p.output = NULL;
+    void *state0 = clone_bytes(t->state, sizeof t->state), *out0 = clone_bytes(t->out, sizeof t->out);
+    const float *apes[4] = {NULL, t->ape + 1, t->state, t->ape}; /* NULL, 4-byte aligned, inside the state, good */
+    const c128_status want[4] = {C128_ERROR_NULL_POINTER, C128_ERROR_MISALIGNED, C128_ERROR_ALIASED, C128_SUCCESS};
+    for (int k = 0; k < 4; ++k) {
+      d.ape = p.ape = apes[k];
+      char msg[200];
+      const c128_host_options o = cpu_options(k % 2, msg, sizeof msg);
+      const c128_status st = decode ? c128_decode_host(&d, &o) : c128_prefill_host(&p, &o);
+      char what[96];
+      snprintf(what, sizeof what, "%s, %s state, %s, ape %d", decode ? "decode" : "prefill",
+               buf == C128_F32 ? "f32" : "bf16", with_entries ? "no cache pages" : "no output rows", k);
+      cr_assert_eq(st, want[k], "%s: %s, want %s (%s)", what, STATUS(st), STATUS(want[k]), msg);
+      c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
+      const c128_status check = decode ? c128_check_decode_plans(&d, &rep) : c128_check_prefill_plans(&p, &rep);
+      cr_assert_eq(check, C128_SUCCESS, "%s: the checker: %s", what, STATUS(check));
+      expect_check_equals_launch(check, st, what);
+      cr_assert(memcmp(t->out, out0, sizeof t->out) == 0, "%s: the output changed", what);
+      if (st != C128_SUCCESS)
+        cr_assert(memcmp(t->state, state0, sizeof t->state) == 0, "%s: a refused call wrote the state", what);
+      else expect_biased_rows(t, state0, buf, loc, src, 2, what, r.seed);
+    }
+    free(state0), free(out0), free(t);
+  }
 }
 
 /* ---- every public entry point: NULL, garbage, each size field at its edges ---------------- */

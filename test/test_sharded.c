@@ -6,7 +6,12 @@
 
    What each rank synchronises, per batch: prefill = compress on every rank, barrier, writes on
    every rank, barrier (a batch's writes may land on slots any rank's compress still reads);
-   decode = the decode kernel, barrier (the next batch reads rows the other rank wrote). */
+   decode = the decode kernel, barrier (the next batch reads rows the other rank wrote).
+
+   The same with an output index (DESIGN 5.10: the window ending at input row r goes to output
+   row output_index[r]), which the kernels of any layout serve: the ranks' rows, permuted by the
+   index, and their shards must still equal the one-rank run without one, and the checker must
+   accept every rank's batches. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -46,10 +51,35 @@ typedef struct run {
   int device[RANKS];
   pthread_barrier_t barrier;
   int failed[RANKS];
+  int indexed;             /* with an output index: decode_index, prefill_index */
+  const int64_t *index[2]; /* host copies: decode [NUM_REQ], prefill [MAX_ROWS] */
 } run;
+
+/* The output index of the indexed runs: request b's window to row NUM_REQ - 1 - b, the window
+   that ends at input row r to row MAX_ROWS - 1 - r (a permutation of the output rows). */
+static int64_t decode_index[NUM_REQ], prefill_index[MAX_ROWS];
+static void make_indices(void) {
+  for (int b = 0; b < NUM_REQ; ++b) decode_index[b] = NUM_REQ - 1 - b;
+  for (int row = 0; row < MAX_ROWS; ++row) prefill_index[row] = MAX_ROWS - 1 - row;
+}
 
 static c128_status prefill_on(where at, c128_prefill_args *a) {
   return at == ON_CPU ? c128_prefill_host(a, NULL) : c128_prefill(a, 0);
+}
+
+/* The checker accepts a rank's batch (its plans, layout and index, from host memory). */
+static int checked_decode(const c128_decode_args *launch, const c128_decode_plan *plans, const int64_t *index) {
+  c128_decode_args a = *launch;
+  a.plans = plans, a.output_index = launch->output_index ? index : NULL;
+  c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
+  return c128_check_decode_plans(&a, &rep) == C128_SUCCESS;
+}
+static int checked_prefill(const c128_prefill_args *launch, const batch *b, const int64_t *index) {
+  c128_prefill_args a = *launch;
+  a.compress_plans = b->compress, a.write_plans = b->write, a.num_write = b->num_write;
+  a.output_index = launch->output_index ? index : NULL;
+  c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
+  return c128_check_prefill_plans(&a, &rep) == C128_SUCCESS;
 }
 
 /* One rank's thread (or the one-rank reference when size == 1). */
@@ -64,6 +94,14 @@ static void *rank_main(void *p) {
   const int rank = ra->rank, gpu = r->at != ON_CPU;
   float *input = NULL, *out = NULL, *ape = (float *)r->ape;
   void *plans = NULL;
+  int64_t *index[2] = {(int64_t *)r->index[0], (int64_t *)r->index[1]};
+  if (gpu && r->indexed) {
+    cudaSetDevice(r->device[rank]);
+    cudaMalloc((void **)&index[0], NUM_REQ * sizeof(int64_t));
+    cudaMalloc((void **)&index[1], MAX_ROWS * sizeof(int64_t));
+    cudaMemcpy(index[0], r->index[0], NUM_REQ * sizeof(int64_t), cudaMemcpyHostToDevice);
+    cudaMemcpy(index[1], r->index[1], MAX_ROWS * sizeof(int64_t), cudaMemcpyHostToDevice);
+  }
   if (gpu) {
     cudaSetDevice(r->device[rank]);
     cudaMalloc((void **)&input, MAX_ROWS * ROW * sizeof(float));
@@ -92,7 +130,9 @@ static void *rank_main(void *p) {
       c128_decode_args a = {0};
       a.head_dim = D, a.state = r->view[rank], a.state_pages = PAGES, a.input = in, a.ape = ape;
       a.output = dst, a.output_rows = NUM_REQ, a.plans = dp, a.batch = NUM_REQ, a.layout = layout;
+      if (r->indexed) a.output_index = index[0];
       st = r->at == ON_CPU ? c128_decode_host(&a, NULL) : c128_decode(&a, 0);
+      r->failed[rank] |= !checked_decode(&a, b->dplans, r->index[0]);
       if (gpu) cudaDeviceSynchronize();
       r->failed[rank] |= st != C128_SUCCESS;
       pthread_barrier_wait(&r->barrier);
@@ -101,6 +141,8 @@ static void *rank_main(void *p) {
       a.head_dim = D, a.state = r->view[rank], a.state_pages = PAGES, a.input = in, a.input_rows = b->rows;
       a.ape = ape, a.output = dst, a.output_rows = MAX_ROWS, a.layout = layout;
       a.compress_plans = cp, a.num_compress = b->num_compress;
+      if (r->indexed) a.output_index = index[1];
+      r->failed[rank] |= !checked_prefill(&a, b, r->index[1]);
       st = prefill_on(r->at, &a);
       if (gpu) cudaDeviceSynchronize();
       pthread_barrier_wait(&r->barrier); /* every rank's compress has read the pre-batch state */
@@ -113,6 +155,7 @@ static void *rank_main(void *p) {
     if (gpu) cudaMemcpy(o, out, MAX_ROWS * D * sizeof(float), cudaMemcpyDeviceToHost);
   }
   if (gpu) cudaFree(input), cudaFree(out), cudaFree(ape), cudaFree(plans);
+  if (gpu && r->indexed) cudaFree(index[0]), cudaFree(index[1]);
   return NULL;
 }
 
@@ -241,7 +284,27 @@ static void gpu_views(float *view[RANKS], const int device[RANKS], const float *
                  cudaSuccess);
 }
 
-static void two_ranks(where at) {
+/* What an indexed run's outputs must be: the one-rank run's rows (`ref`, no index) moved to the
+   rows the index names, every other row as poisoned. */
+static float *indexed_outputs(const run *ref) {
+  const size_t row = D * sizeof(float), out_bytes = (size_t)ref->nb * MAX_ROWS * row;
+  float *want = malloc(out_bytes);
+  cr_assert_not_null(want);
+  poison(want, out_bytes);
+  for (int t = 0; t < ref->nb; ++t) {
+    const batch *b = &ref->batches[t];
+    const char *from = (const char *)(ref->out[0] + (size_t)t * MAX_ROWS * D);
+    char *to = (char *)(want + (size_t)t * MAX_ROWS * D);
+    if (b->decode)
+      for (int i = 0; i < NUM_REQ; ++i) memcpy(to + decode_index[i] * row, from + i * row, row);
+    else
+      for (int64_t k = 0; k < b->num_compress; ++k)
+        memcpy(to + prefill_index[b->compress[k].ragged_id] * row, from + k * row, row);
+  }
+  return want;
+}
+
+static void two_ranks(where at, int indexed) {
   int devices = 0;
   if (at != ON_CPU) require_backend(BACKEND_GPU);
   if (at == ON_TWO_GPUS) {
@@ -267,7 +330,9 @@ static void two_ranks(where at) {
     cp.device[k] = at == ON_TWO_GPUS ? k : 0;
   }
   cp.at = at;
-  /* the one-rank reference on a plain state */
+  make_indices();
+  cp.indexed = indexed, cp.index[0] = decode_index, cp.index[1] = prefill_index;
+  /* the one-rank reference on a plain state, without an index */
   if (at == ON_CPU) {
     ref.view[0] = clone_bytes(state0, PAGES * PAGE_BYTES);
     cpu_views(cp.view, state0);
@@ -280,8 +345,11 @@ static void two_ranks(where at) {
   run_ranks(&ref, 1);
   run_ranks(&cp, RANKS);
   const size_t out_bytes = (size_t)ref.nb * MAX_ROWS * D * sizeof(float);
+  float *want_out = indexed ? indexed_outputs(&ref) : ref.out[0];
   for (int k = 0; k < RANKS; ++k)
-    cr_assert(memcmp(cp.out[k], ref.out[0], out_bytes) == 0, "rank %d's outputs differ from the one-rank run", k);
+    cr_assert(memcmp(cp.out[k], want_out, out_bytes) == 0, "rank %d's outputs differ from the one-rank run%s", k,
+              indexed ? " (rows moved by the index)" : "");
+  if (indexed) free(want_out);
   float *want = malloc(PAGES * PAGE_BYTES), *got = malloc(PAGES * PAGE_BYTES);
   if (at == ON_CPU) memcpy(want, ref.view[0], PAGES * PAGE_BYTES), memcpy(got, cp.view[0], PAGES * PAGE_BYTES);
   else {
@@ -299,6 +367,9 @@ static void two_ranks(where at) {
   for (int k = 0; k < RANKS; ++k) free(cp.out[k]);
 }
 
-Test(cpu, sharded_state_two_ranks) { two_ranks(ON_CPU); }
-Test(gpu, sharded_state_two_ranks_on_one_gpu) { two_ranks(ON_ONE_GPU); }
-Test(gpu, sharded_state_two_ranks_on_two_gpus) { two_ranks(ON_TWO_GPUS); }
+Test(cpu, sharded_state_two_ranks) { two_ranks(ON_CPU, 0); }
+Test(gpu, sharded_state_two_ranks_on_one_gpu) { two_ranks(ON_ONE_GPU, 0); }
+Test(gpu, sharded_state_two_ranks_on_two_gpus) { two_ranks(ON_TWO_GPUS, 0); }
+Test(cpu, sharded_state_two_ranks_with_output_index) { two_ranks(ON_CPU, 1); }
+Test(gpu, sharded_state_two_ranks_with_output_index_on_one_gpu) { two_ranks(ON_ONE_GPU, 1); }
+Test(gpu, sharded_state_two_ranks_with_output_index_on_two_gpus) { two_ranks(ON_TWO_GPUS, 1); }
