@@ -3281,9 +3281,11 @@ static c128_status c128__check_ring(const c128_ring *r) {
 
 /* page(rid, pos) of DESIGN 5, checked against the pool and the state. */
 C128__FN c128_status c128__ring_page(const c128_ring *r, int32_t rid, int64_t pos, int32_t *page) {
-  const int64_t ring = c128__ring_tokens(r), k = (pos % ring) / C128_WINDOW;
-  int64_t pg;
   if (pos < 0) return C128_ERROR_NEGATIVE_SIZE;
+  /* Positions come from int32 lengths: the remainder in 32 bits (a 64-bit one is a call, whose
+     saved registers spilled in the device planner on sm_100). */
+  const int64_t ring = c128__ring_tokens(r), k = ((int32_t)pos % (int32_t)ring) / C128_WINDOW;
+  int64_t pg;
   if (rid < 0 || (r->page_table && rid >= r->num_pool)) return C128_ERROR_POOL_INDEX_OUT_OF_RANGE;
   if (c128__tabled(r)) { /* a logical page: its blocks are checked where the plans name them */
     if (rid >= r->state_layout.table_rows) return C128_ERROR_POOL_INDEX_OUT_OF_RANGE;
@@ -3457,8 +3459,11 @@ C128__FN int c128__claim_planes(const c128_ring *r) {
 C128__FN int64_t c128__claims_of(const c128_ring *r, int64_t count) {
   return c128__claim_planes(r) * ((count >> c128__claim_shift(r)) + 2);
 }
-C128__FN int64_t c128__ring_claim_slots(const c128_ring *r, int64_t requests) {
-  return c128__claim_slots(c128__claim_planes(r) * ((C128_MAX_PREFILL_ROWS >> c128__claim_shift(r)) + 2 * requests));
+C128__FN int64_t c128__ring_claim_slots(const c128_ring *r, int64_t requests, int decode) {
+  /* decode: one part a plane per request (the table the device planner clears every call stays
+     as small as the batch) */
+  const int64_t parts = decode ? requests : (C128_MAX_PREFILL_ROWS >> c128__claim_shift(r)) + 2 * requests;
+  return c128__claim_slots(c128__claim_planes(r) * parts);
 }
 C128__FN int64_t c128__page_table_slots(int64_t requests) {
   return c128__claim_slots(2 * ((C128_MAX_PREFILL_ROWS >> 3) + 2 * requests));
@@ -3515,16 +3520,17 @@ C128__FN int c128__claim_row(const c128_ring *r, int64_t row, uint64_t *table, i
 }
 /* Claims what a request writes at positions first .. seq_len - 1: the part of each ring chunk (or
    table column) they span, each chunk once. They span at most R positions, so a chunk recurs only
-   as the last one, the first chunk's other rows: it is not claimed again. 0 when a part is claimed
-   already. Positions and R fit int32: the chunk in 32 bits (a 64-bit remainder is a call, whose
-   saved registers spilled in the device planner). */
+   as the last one, the first chunk's other rows, R positions past the first chunk's start: it is
+   not claimed again. 0 when a part is claimed already. Positions fit 32 bits (int32 lengths),
+   counted unsigned so that the step past the last chunk cannot overflow: 64-bit arithmetic here
+   made the device planner spill on sm_100. */
 C128__FN int c128__claim_written(const c128_ring *r, c128_request q, int64_t first, uint64_t *table, int64_t slots,
                                  int64_t req) {
   const int shift = c128__claim_shift(r);
-  const int32_t ring = (int32_t)c128__ring_tokens(r), chunk0 = ((int32_t)first % ring) >> shift;
+  const uint32_t ring = (uint32_t)c128__ring_tokens(r), start0 = (uint32_t)first >> shift << shift;
   int32_t page;
-  for (int64_t pos = first; pos < q.seq_len; pos = ((pos >> shift) + 1) << shift) {
-    if (pos != first && ((int32_t)pos % ring) >> shift == chunk0) break;
+  for (uint32_t pos = (uint32_t)first; pos < (uint32_t)q.seq_len; pos = ((pos >> shift) + 1) << shift) {
+    if (pos - start0 >= ring) break;
     if (c128__ring_page(r, q.pool_index, pos, &page) != C128_SUCCESS) continue;
     if (!c128__claim_row(r, (int64_t)page * C128_WINDOW + pos % C128_WINDOW, table, slots, req)) return 0;
   }
@@ -3680,7 +3686,7 @@ C128_API c128_status c128_plan_decode(const c128_ring *ring, const c128_request 
   if (c128__arrays_overlap(requests, batch, sizeof *requests, plans, batch, sizeof *plans) ||
       c128__ring_overlaps(&r, plans, batch, sizeof *plans))
     return C128_ERROR_ALIASED;
-  const int64_t slots = c128__claim_slots(c128__claim_planes(&r) * batch); /* one part a plane per request */
+  const int64_t slots = c128__ring_claim_slots(&r, batch, 1);
   c128__scratch scratch;
   c128_decode_plan *d =
       (c128_decode_plan *)c128__scratch_get(&scratch, (size_t)batch * sizeof *d + (size_t)slots * sizeof(uint64_t));
@@ -3809,7 +3815,7 @@ C128__FN void c128__plan_claims(const c128__plan_params *p, int windows, int tid
   const c128_ring *r = &p->a.ring;
   const c128_request *q = c128__ws_requests(p);
   uint64_t *claimed = c128__ws_pages(p), *shared = (uint64_t *)p->a.workspace + C128__WS_SHARED;
-  const int64_t slots = c128__ring_claim_slots(r, p->a.num_requests);
+  const int64_t slots = c128__ring_claim_slots(r, p->a.num_requests, p->decode);
   for (int64_t i = tid; i < p->a.num_requests; i += C128__PLAN_THREADS) {
     c128_decode_plan d;
     if (!p->decode) {
@@ -3856,7 +3862,7 @@ C128__FN void c128__plan_finish(const c128__plan_params *p, c128__plan_chunk *c)
 C128__FN void c128__plan_step(const c128__plan_params *p, int step, int tid, c128__plan_chunk *c) {
   const int last = c128__plan_steps(p) - 1;
   if (step == 0) {
-    const int64_t slots = c128__ring_claim_slots(&p->a.ring, p->a.num_requests);
+    const int64_t slots = c128__ring_claim_slots(&p->a.ring, p->a.num_requests, p->decode);
     uint64_t *claimed = c128__ws_pages(p);
     for (int64_t k = tid; k < slots; k += C128__PLAN_THREADS) claimed[k] = 0;
     if (tid == 0) {
