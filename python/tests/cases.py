@@ -218,3 +218,15 @@ def prefill_case(inst: c128.Instance, rng: np.random.Generator, scale: float, sh
 
 DECODE_FILLS = [127, 0, 1, 64, 120, 126, 127, 127]  # buffer rows before the new token; 127 = boundary
 PREFILL_SHAPES = [(0, 300), (120, 20), (127, 1), (1, 200), (64, 64), (256, 128), (5, 3), (130, 254)]
+
+
+def frameworks() -> list:
+    """The array libraries the adapters' tests run on: NumPy, and PyTorch (CPU tensors) when present."""
+    out = ["numpy"]
+    try:
+        import torch  # noqa: F401
+
+        out.append("torch")
+    except ImportError:
+        pass
+    return out

@@ -14,7 +14,7 @@ import pytest
 
 import c128
 from c128.sglang import CompressorDecodePlan, CompressorPrefillPlan, compress_forward
-from cases import reference_window, window_error
+from cases import frameworks, reference_window, window_error
 
 W = 128
 
@@ -81,17 +81,6 @@ def ref_prefill(mode: str, m: Meta, seqs, exts, n: int, pad: bool, mtp: int) -> 
             np.array(w, np.int32).reshape(-1, 2).view(np.uint8).reshape(-1, 8))
 
 
-def _frameworks() -> list:
-    out = ["numpy"]
-    try:
-        import torch  # noqa: F401
-
-        out.append("torch")
-    except ImportError:
-        pass
-    return out
-
-
 def _as(fw: str, a: np.ndarray) -> Any:
     if fw == "numpy":
         return a
@@ -113,7 +102,7 @@ def _batch(rng, m: Meta, max_len: int):
     return seqs, exts
 
 
-@pytest.mark.parametrize("fw", _frameworks())
+@pytest.mark.parametrize("fw", frameworks())
 @pytest.mark.parametrize("mode", ["paged", "ring", "legacy"])
 @pytest.mark.parametrize("sps,ring", [(256, 128), (512, 256)])
 def test_plans_equal_sglang_rules(mode: str, sps: int, ring: int, fw: str, checked) -> None:
@@ -143,8 +132,8 @@ def test_plans_equal_sglang_rules(mode: str, sps: int, ring: int, fw: str, check
         assert not p.is_decode
         assert _np(p.plan_c).tobytes() == c.tobytes(), f"plan_c (graph={graph})"
         assert _np(p.plan_w).tobytes() == w.tobytes(), f"plan_w (graph={graph})"
-    if (mode, sps, fw) == ("legacy", 512, _frameworks()[-1]):
-        checked(f"SGLang planners ({', '.join(_frameworks())}): CompressorDecodePlan / CompressorPrefillPlan generate "
+    if (mode, sps, fw) == ("legacy", 512, frameworks()[-1]):
+        checked(f"SGLang planners ({', '.join(frameworks())}): CompressorDecodePlan / CompressorPrefillPlan generate "
                 "(paged through req_to_token + full_to_state, use_req_ring) and generate_legacy = the NumPy reference "
                 "of SGLang's rules byte for byte, trimmed and padded for CUDA graphs")
 

@@ -12,20 +12,9 @@ import numpy as np
 import pytest
 
 import c128.vllm as V
-from cases import reference_window, window_error
+from cases import frameworks, reference_window, window_error
 
 W, D = 128, 512
-
-
-def _frameworks() -> list:
-    out = ["numpy"]
-    try:
-        import torch  # noqa: F401
-
-        out.append("torch")
-    except ImportError:
-        pass
-    return out
 
 
 def _as(fw: str, a: np.ndarray) -> Any:
@@ -92,7 +81,7 @@ class VllmModel:
         return out
 
 
-@pytest.mark.parametrize("fw", _frameworks())
+@pytest.mark.parametrize("fw", frameworks())
 def test_main_branch(fw: str, checked) -> None:
     rng = np.random.default_rng(1)
     m = VllmModel(rng, 3, 700)
@@ -121,13 +110,13 @@ def test_main_branch(fw: str, checked) -> None:
                 assert np.isnan(out[t]).all(), f"row {t} written"
         m.lens += ext
     assert windows >= 6
-    if fw == _frameworks()[-1]:
-        checked(f"vLLM main branch ({', '.join(_frameworks())}): save_partial_states = vLLM's rows bit for bit over a "
+    if fw == frameworks()[-1]:
+        checked(f"vLLM main branch ({', '.join(frameworks())}): save_partial_states = vLLM's rows bit for bit over a "
                 f"chunked prefill and 130 decode steps, C128 pooling of {windows} windows within SPEC 8, no other "
                 f"row written")
 
 
-@pytest.mark.parametrize("fw", _frameworks())
+@pytest.mark.parametrize("fw", frameworks())
 @pytest.mark.parametrize("ring", [128, 256])
 def test_ring(ring: int, fw: str) -> None:
     """PR #58074's ring: compress first (this chunk's rows from kv / score, older ones from the ring), then
