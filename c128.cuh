@@ -254,6 +254,9 @@
 #else
 #define C128_WRITE_BLOCKS_PER_SM 16
 #endif
+/* The write kernel of any layout (block tables, shards) forms more addresses than 32 registers
+   hold on sm_100: half as many blocks an SM give it 64. */
+#define C128_WRITE_LAYOUT_BLOCKS_PER_SM (C128_WRITE_BLOCKS_PER_SM / 2)
 #define C128_TILE_DIM (C128_TILE_ELEMS * C128_WARP_THREADS) /* channels per block */
 #define C128_MAX_PREFILL_ROWS 65536                         /* ragged_id is a u16 */
 #define C128_MAX_DECODE_GROUP C128_WARP_THREADS             /* requests per decode block: one ballot lane each */
@@ -2194,18 +2197,18 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
     const c128__trait t = C128__TRAIT(D, state, input, output, layout, entry);                      \
     c128__run_block(&p, t, KIND, &sh, &ext);                                                        \
   }
-#define C128__WRITE_KERNEL(name, D, state, input, output)                                      \
-  static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM) \
-      c128__write_kernel_##name(const c128__params p) {                                        \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                          \
-    c128__run_write_block(&p, t);                                                              \
-  }                                                                                            \
-  static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM) \
-      c128__write_kernel_##name##_layout(const c128__params given, const c128__more more) {    \
-    c128__params p = given;                                                                    \
-    p.more = &more;                                                                            \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 1, 0);                          \
-    c128__run_write_block(&p, t);                                                              \
+#define C128__WRITE_KERNEL(name, D, state, input, output)                                             \
+  static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM)        \
+      c128__write_kernel_##name(const c128__params p) {                                               \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                 \
+    c128__run_write_block(&p, t);                                                                     \
+  }                                                                                                   \
+  static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_LAYOUT_BLOCKS_PER_SM) \
+      c128__write_kernel_##name##_layout(const c128__params given, const c128__more more) {           \
+    c128__params p = given;                                                                           \
+    p.more = &more;                                                                                   \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 1, 0);                                 \
+    c128__run_write_block(&p, t);                                                                     \
   }
 #define C128__VARIANTS(kernel, KIND, name, D, state, input, output)                   \
   C128__BLOCK_KERNEL(kernel, KIND, name, D, state, input, output)                     \
