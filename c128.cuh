@@ -3523,8 +3523,8 @@ C128__FN int c128__claim_row(const c128_ring *r, int64_t row, uint64_t *table, i
 }
 /* Claims what a request writes at positions first .. seq_len - 1: the part of each ring chunk (or
    table column) they span, each chunk once. They span at most R positions, so a chunk recurs only
-   as the last one, the first chunk's other rows, R positions past the first chunk's start: it is
-   not claimed again. 0 when a part is claimed already. Positions fit 32 bits (int32 lengths),
+   as the last one, the first chunk's other rows, R positions past the first chunk's start (or,
+   with blocks longer than R, as the second): it is not claimed again. 0 when a part is claimed already. Positions fit 32 bits (int32 lengths),
    counted unsigned so that the step past the last chunk cannot overflow: 64-bit arithmetic here
    made the device planner spill on sm_100. */
 C128__FN int c128__claim_written(const c128_ring *r, c128_request q, int64_t first, uint64_t *table, int64_t slots,
@@ -3533,7 +3533,7 @@ C128__FN int c128__claim_written(const c128_ring *r, c128_request q, int64_t fir
   const uint32_t ring = (uint32_t)c128__ring_tokens(r), start0 = (uint32_t)first >> shift << shift;
   int32_t page;
   for (uint32_t pos = (uint32_t)first; pos < (uint32_t)q.seq_len; pos = ((pos >> shift) + 1) << shift) {
-    if (pos - start0 >= ring) break;
+    if (pos != first && pos - start0 >= ring) break;
     if (c128__ring_page(r, q.pool_index, pos, &page) != C128_SUCCESS) continue;
     if (!c128__claim_row(r, (int64_t)page * C128_WINDOW + pos % C128_WINDOW, table, slots, req)) return 0;
   }
