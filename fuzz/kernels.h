@@ -690,8 +690,12 @@ static void fz_mode_prefill(fz_reader *r) {
       b.output = comp.output, b.output_rows = NC, b.output_index = NULL;
       memset(&b.entry, 0, sizeof b.entry);
       b.num_write = 0;
+      /* A launch that can write no entry needs no ape; its pooled twin can write rows, and does. */
+      float *no_ape = b.ape ? NULL : (float *)calloc((size_t)128 * D, sizeof(float));
+      if (no_ape) b.ape = no_ape;
       c128_host_options o2 = {0, opt.o.reverse_blocks, NULL, 0, 0};
       const c128_status st2 = I->prefill_host(&b, &o2);
+      free(no_ape);
       FZ_CHECK(2, st2 == C128_SUCCESS, "the same launch with pooled rows: %s", c128_status_string(st2));
       float *ys = fz_pooled_rows(I, comp.output, NC);
       int64_t *pos = (int64_t *)fz_alloc((size_t)NC * sizeof(int64_t) + 1);
@@ -1044,8 +1048,12 @@ static void fz_mode_decode(fz_reader *r) {
       b.state = comp.st.kv, b.state_layout.score_plane = comp.st.sc;
       b.output = comp.output, b.output_rows = B, b.output_index = NULL;
       memset(&b.entry, 0, sizeof b.entry);
+      /* A launch that can write no entry needs no ape; its pooled twin can write rows, and does. */
+      float *no_ape = b.ape ? NULL : (float *)calloc((size_t)128 * D, sizeof(float));
+      if (no_ape) b.ape = no_ape;
       c128_host_options o2 = {0, opt.o.reverse_blocks, NULL, 0, 0};
       const c128_status st2 = I->decode_host(&b, &o2);
+      free(no_ape);
       FZ_CHECK(2, st2 == C128_SUCCESS, "the same launch with pooled rows: %s", c128_status_string(st2));
       float *ys = fz_pooled_rows(I, comp.output, B);
       int64_t *pos = (int64_t *)fz_alloc((size_t)B * sizeof(int64_t) + 1);
