@@ -138,10 +138,15 @@
      caller's stream and can be captured in a CUDA graph. Any host thread may call any entry
      point at any time; calls on different streams are independent as long as they write no
      common state pages or output rows. Within a stream, a decode or prefill reads the state its
-     predecessors wrote. With args.pdl != 0 the kernels are launched with programmatic stream
-     serialisation: each one waits (griddepcontrol.wait) before it uses plans, input or state
-     and before its first write, so it may start while its predecessor drains; before the wait
-     it reads plans only as prefetch guesses (DESIGN 6.4). A
+     predecessors wrote. With args.pdl = C128_PDL_ON the kernels are launched with programmatic
+     stream serialisation: each one waits (griddepcontrol.wait) before it uses plans, input or
+     state and before its first write, so it may start while its predecessor drains; before the
+     wait it reads plans only as prefetch guesses (DESIGN 6.4). With C128_PDL_PLANS_READY the
+     caller promises that the plans, block tables and output index were complete before the
+     previous kernel in the stream began (the host planner's plans copied earlier, a device
+     planner launched two kernels back, the fixed arrays of a CUDA graph; not the device planner
+     launched just before): the decode and compress kernels then read them before the wait.
+     Other values of pdl are refused (C128_ERROR_INVALID_PDL). A
      kernel you launch after ours with PDL must itself execute griddepcontrol.wait
      (cudaGridDependencySynchronize) before it reads our outputs, as PDL requires of every
      dependent. Context-parallel state: pages of different live requests must be distinct; the
@@ -347,7 +352,8 @@ typedef enum c128_instance_id {
   X(C128_ERROR_INVALID_ENTRY, 26, "entry: unknown output kind, or a cache, page or table size out of range")       \
   X(C128_ERROR_UNSUPPORTED_DEVICE, 27, "cache-entry output needs thread-block clusters (sm_90 or newer)")          \
   X(C128_ERROR_BLOCK_MISSING, 28, "a block the batch reads or writes is not allocated (or is the null block)")     \
-  X(C128_ERROR_ROPE_TABLE_TOO_SHORT, 29, "a window starts at a position the RoPE table does not hold")
+  X(C128_ERROR_ROPE_TABLE_TOO_SHORT, 29, "a window starts at a position the RoPE table does not hold")             \
+  X(C128_ERROR_INVALID_PDL, 30, "pdl must be 0, C128_PDL_ON (1) or C128_PDL_PLANS_READY (2)")
 
 typedef enum c128_status {
 #define C128__STATUS_ENUM(name, value, message) name = value,
@@ -489,6 +495,12 @@ typedef struct c128_entry_args {
   int64_t page_bytes;       /* a multiple of 4, at least what P entries take */
 } c128_entry_args;
 
+/* args.pdl of a decode or prefill launch (PDL, STREAMS, GRAPHS). */
+#define C128_PDL_ON 1 /* programmatic dependent launch: the kernels wait before they read */
+/* The same, and the caller promises that the plans, block tables and output index were complete
+   before the previous kernel in the stream began: the kernels read them before the wait. */
+#define C128_PDL_PLANS_READY 2
+
 /* One decode step: one new token per request; input row b and output row b belong to plan b. */
 typedef struct c128_decode_args {
   int32_t head_dim;
@@ -502,7 +514,7 @@ typedef struct c128_decode_args {
   const c128_decode_plan *plans; /* [batch] */
   int64_t batch;
   c128_shared_layout layout;
-  int32_t pdl;                /* launch with programmatic dependent launch */
+  int32_t pdl;                /* 0, C128_PDL_ON or C128_PDL_PLANS_READY (PDL, STREAMS, GRAPHS) */
   int32_t requests_per_block; /* 1..C128_MAX_DECODE_GROUP; 0 = from the batch and the SM count */
   c128_state_layout state_layout;
   /* Where request b's window goes: output row (pooled) or cache entry output_index[b]; NULL = b.
@@ -527,7 +539,7 @@ typedef struct c128_prefill_args {
   const c128_write_plan *write_plans;
   int64_t num_write; /* <= 65536 */
   c128_shared_layout layout;
-  int32_t pdl;
+  int32_t pdl;               /* as in c128_decode_args */
   int32_t windows_per_block; /* compress windows per block, 1..C128_MAX_PREFILL_GROUP; 0 = automatic */
   c128_state_layout state_layout;
   /* Where the window that ends at input row r goes (the last row of a compress plan, its
@@ -928,7 +940,7 @@ typedef struct c128__params {
   int64_t num_plans, state_pages, input_rows, output_rows;
   int32_t rank, size, pages_per_rank;
   int32_t group; /* jobs per block (decode, compress) */
-  int32_t pdl;   /* launched with PDL: the prologue has a predecessor to overlap */
+  int32_t pdl;   /* args.pdl: 0, C128_PDL_ON or C128_PDL_PLANS_READY (validated) */
   c128__checker *checker;
   const struct c128__more *more; /* kernels of a layout or with cache entries (c128__trait) */
 } c128__params;
@@ -1165,16 +1177,30 @@ C128__FN c128__dest c128__rows_of(const c128__params *p, int64_t logical) {
   return d;
 }
 
-/* Whether rows 0 .. count - 1 (count >= 1) of the window at logical row row0 are in the state:
-   one look-up a block they span (a window is 128-aligned: it starts a block of B <= 128 rows, or
-   lies within one of 256), or, without a table, its first and last row. */
+/* Whether rows 0 .. count - 1 (count >= 1) of the window at logical row row0 are in the state,
+   in both planes: without a table its first and last row, with one the blocks they lie in. A
+   window is 128-aligned, so it lies in one table row, where its blocks' entries are consecutive
+   (it starts a block of B <= 128 rows, or lies within one of 256), in the score table too. The
+   entries are read before any is checked, and no missing one ends the loop: one round trip,
+   where a look-up a block that stopped at the first missing one made 16 for blocks of 8 (B = 1
+   decode took 9.1 us against today's layout's 4.4) and the score table's came after the kv's. */
 C128__FN int c128__rows_present(const c128__params *p, int64_t row0, int count) {
   if (!p->more->table) return c128__table_row(p, NULL, row0) >= 0 && c128__table_row(p, NULL, row0 + count - 1) >= 0;
-  for (int r = 0; r < count; r += 1 << p->more->block_shift) {
-    const c128__dest d = c128__rows_of(p, row0 + r);
-    if (d.kv < 0 || d.score < 0) return 0;
+  const int64_t row = row0 >> p->more->row_shift, at = row0 & (((int64_t)1 << p->more->row_shift) - 1);
+  const int64_t column = at >> p->more->block_shift, blocks = ((count - 1) >> p->more->block_shift) + 1;
+  if (row0 < 0 || row >= p->more->table_rows || column + blocks > p->more->table_stride) return 0;
+  const int64_t first = row * p->more->table_stride + column;
+  const int32_t *kv = p->more->table + first, *score = p->more->score_table + first;
+  const int two = p->more->score_table != p->more->table;
+  int present = 1;
+  C128__UNROLL
+  for (int i = 0; i < C128_WINDOW / C128_ROWS_PER_WARP; ++i) { /* blocks hold 8 rows or more */
+    if (i < blocks) {
+      const int32_t k = c128__read_i32(kv + i), s = two ? c128__read_i32(score + i) : k;
+      present &= (k >= 0) & (k < p->state_pages) & (s >= 0) & (s < p->state_pages);
+    }
   }
-  return 1;
+  return present;
 }
 
 /* Kernels of any layout and cache-entry kernels: where the window that ends at input row r goes,
@@ -1253,7 +1279,8 @@ C128__FN int c128__decode_prepare(const c128__params *p, c128__trait t, int64_t 
   /* Rows 0..126 from the read page, row 127 straight from the input (DESIGN 6.2). */
   if (t.layout) {
     job->win.state_row0 = (int64_t)plan.read_page_1 * C128_WINDOW;
-    if (plan.read_page_1 < 0 || !c128__rows_present(p, job->win.state_row0, C128__LAST_ROW)) return C128__BAD_READ_PAGE;
+    if (plan.read_page_1 < 0 || (!guess && !c128__rows_present(p, job->win.state_row0, C128__LAST_ROW)))
+      return C128__BAD_READ_PAGE; /* a guess (the prologue's prefetch) does without the look-ups */
   } else {
     const int64_t read_phys = c128__physical_page(p, plan.read_page_1);
     if (read_phys < 0) return C128__BAD_READ_PAGE;
@@ -1286,7 +1313,7 @@ C128__FN int c128__compress_prepare(const c128__params *p, c128__trait t, int64_
   if (t.layout) {
     read_page = plan.read_page_1;
     if (plan.buffer_len > 0 &&
-        (plan.read_page_1 < 0 || !c128__rows_present(p, read_page * C128_WINDOW, plan.buffer_len)))
+        (plan.read_page_1 < 0 || (!guess && !c128__rows_present(p, read_page * C128_WINDOW, plan.buffer_len))))
       return C128__BAD_READ_PAGE;
   } else if (plan.buffer_len > 0 && (read_page = c128__physical_page(p, plan.read_page_1)) < 0) {
     return C128__BAD_READ_PAGE;
@@ -1743,15 +1770,15 @@ C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128
 
 /* Step s >= 1 of a block with `count` windows: window s - 1's loads and partials, window s - 2's
    fold, and in cache-entry kernels window s - 3's entry. */
-C128__FN void c128__window_step(const c128__params *p, c128__trait t, int step, int count, int tid,
+C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, int step, int count, int tid,
                                 c128__block_shared *sh, const c128__cluster *cl) {
   const int window = step - 1, warp = tid / C128_WARP_THREADS;
   /* Homogeneous instances send the window's loads out before the fold. Mixed ones fold first:
      measured faster for bf16-state decode (B = 128: 12.6 against 13.3 us), and their exact build
-     would spill, as did the kernels of any layout and with cache entries (more addresses to
-     form; a fold that also pushes into the cluster). */
+     would spill, as did the decode kernels of any layout and the kernels with cache entries
+     (more addresses to form; a fold that also pushes into the cluster). */
   const int entry_warp = t.entry && warp == C128__ENTRY_WARP;
-  const int loads_first = t.buf == t.in && !t.entry && !t.layout;
+  const int loads_first = t.buf == t.in && !t.entry && (!t.layout || kind == C128_PLAN_COMPRESS);
   c128__rows rows;
   c128__window cur = {0, 0, 0, 0, 0}; /* in registers: reading it from shared at each use costs a spill */
   c128__dest from;                    /* the warp's first state row in each plane */
@@ -2135,14 +2162,23 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
   const c128__jobs j = c128__block_jobs(p, t, blockIdx.x);
   if (kind == C128_PLAN_DECODE) c128__pdl_trigger(); /* decode blocks are short: overlap the next launch */
   if (p->pdl) c128__prologue(p, t, kind, &j, tid);
-  c128__pdl_wait();
+  /* With the caller's promise that plans, tables and output index were complete before the
+     previous kernel began (C128_PDL_PLANS_READY), the list reads them before the wait; the rows,
+     which that kernel may write, come after it. Otherwise the new rows are fetched right after
+     the wait, before the list, so that their loads overlap the plans' (cache-entry kernels and
+     mixed-dtype kernels of any layout fetch after it: their look-ups beside the rows in flight
+     spilled, as did reading early in the latter). One call of the list: two spilled the kernels
+     of any layout. */
+  const int plans_ready = p->pdl == C128_PDL_PLANS_READY && (!t.layout || t.buf == t.in); /* mixed ones spilled */
+  const int fetch_first = !t.entry && !plans_ready && (!t.layout || t.buf == t.in);
   c128__decode_rows rows;
-  /* Today's layout fetches the new rows before the list, so that their loads overlap the plans';
-     the others after it (its table look-ups beside the rows in flight spilled). */
-  const int fetch_first = !t.layout && !t.entry;
-  if (kind == C128_PLAN_DECODE && fetch_first) c128__decode_fetch(p, t, &j, tid, &rows);
+  if (!plans_ready) {
+    c128__pdl_wait();
+    if (kind == C128_PLAN_DECODE && fetch_first) c128__decode_fetch(p, t, &j, tid, &rows);
+  }
   c128__dest listed; /* this lane's job's persisted row */
   const uint32_t mask = c128__list_windows(p, t, kind, &j, tid, sh, ext, &listed);
+  if (plans_ready) c128__pdl_wait();
   if (kind == C128_PLAN_DECODE && !fetch_first) c128__decode_fetch(p, t, &j, tid, &rows);
   if (!mask && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* nothing to fold: about done */
   if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows, &listed);
@@ -2151,7 +2187,7 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
   for (int s = 1; s < steps; ++s) {
     if (s == count + 1 && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* the last loads are out */
     c128__step_barrier(t, s);
-    c128__window_step(p, t, s, count, tid, sh, &cl);
+    c128__window_step(p, t, kind, s, count, tid, sh, &cl);
   }
 }
 
@@ -2439,7 +2475,7 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
         const int b = reverse ? cluster - 1 - k : k;
         checker.block = (int32_t)(first + b);
         for (checker.tid = 0; checker.tid < threads; ++checker.tid)
-          c128__window_step(&p, t, checker.phase, count, checker.tid, &sh[b], &cl[b]);
+          c128__window_step(&p, t, kind, checker.phase, count, checker.tid, &sh[b], &cl[b]);
       }
   }
   free(sh), free(ext);
@@ -2599,6 +2635,7 @@ static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait 
   if (a->batch < 0 || a->output_rows < 0) return C128_ERROR_NEGATIVE_SIZE;
   if (a->batch > INT32_MAX / C128_NUM_SPLIT(t.head_dim)) return C128_ERROR_TOO_MANY_PLANS;
   if (a->requests_per_block < 0 || a->requests_per_block > C128_MAX_DECODE_GROUP) return C128_ERROR_INVALID_GROUP;
+  if (a->pdl < 0 || a->pdl > C128_PDL_PLANS_READY) return C128_ERROR_INVALID_PDL;
   if (a->batch == 0) return C128_SUCCESS;
   const int compact = a->entry.kind == C128_OUTPUT_POOLED && !a->output_index;
   if (compact && a->output_rows < a->batch) return C128_ERROR_OUTPUT_TOO_SMALL;
@@ -2625,6 +2662,7 @@ static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trai
   if (a->input_rows > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS;
   if (a->num_compress > C128_MAX_PREFILL_ROWS || a->num_write > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_PLANS;
   if (a->windows_per_block < 0 || a->windows_per_block > C128_MAX_PREFILL_GROUP) return C128_ERROR_INVALID_GROUP;
+  if (a->pdl < 0 || a->pdl > C128_PDL_PLANS_READY) return C128_ERROR_INVALID_PDL;
   if (a->num_compress == 0 && a->num_write == 0) return C128_SUCCESS;
   const int compact = a->entry.kind == C128_OUTPUT_POOLED && !a->output_index;
   if (compact && a->output_rows < a->num_compress) return C128_ERROR_OUTPUT_TOO_SMALL;
@@ -2658,7 +2696,7 @@ static c128__params c128__base_params(void *state, int64_t state_pages, const vo
   p.rank = layout.rank;
   p.size = layout.size == 0 ? 1 : layout.size;
   p.pages_per_rank = layout.pages_per_rank;
-  p.pdl = pdl != 0;
+  p.pdl = pdl;
   p.more = m; /* the host runner's; a launch passes *m as the kernel's second parameter */
   m->score = lay->score_plane ? lay->score_plane : state;
   m->table = lay->block_table;
@@ -2732,22 +2770,66 @@ static c128_status c128__entry_supported(const void *kernel) {
   return f.ptxVersion >= 90 && f.binaryVersion >= 90 ? C128_SUCCESS : C128_ERROR_UNSUPPORTED_DEVICE;
 }
 
+/* The blocks of a cache-entry kernel's wave: its clusters that fit at once, a cluster a window's
+   splits. Fewer than two blocks an SM: a cluster's blocks share a GPC, and on an H200 30 clusters
+   of 8 fit where 33 would at two blocks an SM (a grid sized for 264 blocks ran its last two
+   clusters as a second wave, which took prefill's entries from the pooled launch's 36 to 62 us). */
+static c128_status c128__cluster_wave(const void *kernel, int splits, int64_t *wave) {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = (unsigned)splits, cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  config.gridDim = dim3((unsigned)splits, 1, 1);
+  config.blockDim = dim3(C128_BLOCK_THREADS, 1, 1);
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) return C128_ERROR_LAUNCH_FAILED;
+  *wave = (int64_t)(clusters > 0 ? clusters : 1) * splits;
+  return C128_SUCCESS;
+}
+
+/* What a cache-entry launch asks of the device about its kernel (whether it runs there, its
+   wave), asked once a thread, kernel and device: the two queries cost more than a launch. */
+typedef struct c128__entry_info {
+  const void *kernel;
+  int device;
+  c128_status status;
+  int64_t wave;
+} c128__entry_info;
+#define C128__ENTRY_INFO_CACHE 8
+static c128_status c128__entry_info_of(const void *kernel, int splits, int64_t *wave) {
+  static thread_local c128__entry_info cache[C128__ENTRY_INFO_CACHE];
+  static thread_local int next;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return C128_ERROR_LAUNCH_FAILED;
+  for (int i = 0; i < C128__ENTRY_INFO_CACHE; ++i)
+    if (cache[i].kernel == kernel && cache[i].device == device) return *wave = cache[i].wave, cache[i].status;
+  c128__entry_info e = {kernel, device, c128__entry_supported(kernel), 1};
+  if (e.status == C128_SUCCESS) e.status = c128__cluster_wave(kernel, splits, &e.wave);
+  if (e.status != C128_ERROR_LAUNCH_FAILED) cache[next++ % C128__ENTRY_INFO_CACHE] = e; /* not a failed query */
+  *wave = e.wave;
+  return e.status;
+}
+
 static c128_status c128__launch_blocks(const void *kernel, int64_t blocks, const c128__params *p, c128__trait t,
                                        int kind, int32_t pdl, cudaStream_t stream, const c128_host_options *o) {
   if (!kernel) return c128__run_host(*p, t, kind, blocks, o);
-  const c128_status st = t.entry ? c128__entry_supported(kernel) : C128_SUCCESS;
+  int64_t wave;
+  const c128_status st = t.entry ? c128__entry_info_of(kernel, C128_NUM_SPLIT(t.head_dim), &wave) : C128_SUCCESS;
   return st != C128_SUCCESS ? st
                             : c128__launch(kernel, blocks, C128_BLOCK_THREADS, pdl, stream, p, p->more,
                                            t.entry ? C128_NUM_SPLIT(t.head_dim) : 1);
 }
 
 /* A block compresses its windows one after another, so with every window present a group of g
-   costs waves(blocks) * g window-times; the largest g of least cost wins. Launches refuse more
-   than INT32_MAX jobs, so larger counts are costed as that many (no overflow). */
-static int32_t c128__group_size(int64_t jobs, int32_t head_dim, int32_t sm_count, int32_t max_group) {
+   costs waves(blocks) * g window-times, a wave being the blocks the device runs at once; the
+   largest g of least cost wins. Launches refuse more than INT32_MAX jobs, so larger counts are
+   costed as that many (no overflow). */
+static int32_t c128__group_for_wave(int64_t jobs, int32_t head_dim, int64_t wave, int32_t max_group) {
   if (jobs <= 0) return 1;
   if (jobs > INT32_MAX) jobs = INT32_MAX;
-  const int64_t wave = (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1);
+  if (wave < 1) wave = 1;
   const int64_t splits = head_dim >= C128_TILE_DIM && head_dim <= C128_MAX_HEAD_DIM ? C128_NUM_SPLIT(head_dim) : 1;
   int32_t best = 1;
   int64_t best_cost = INT64_MAX;
@@ -2756,6 +2838,9 @@ static int32_t c128__group_size(int64_t jobs, int32_t head_dim, int32_t sm_count
     if (cost <= best_cost) best = g, best_cost = cost;
   }
   return best;
+}
+static int32_t c128__group_size(int64_t jobs, int32_t head_dim, int32_t sm_count, int32_t max_group) {
+  return c128__group_for_wave(jobs, head_dim, (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1), max_group);
 }
 
 C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count) {
@@ -2769,18 +2854,26 @@ static int64_t c128__grouped_blocks(int64_t jobs, c128__trait t, int32_t group) 
   return (jobs + group - 1) / group * C128_NUM_SPLIT(t.head_dim);
 }
 
-/* A launch's group: the caller's, or the automatic one, which needs the device's SM count; the
-   host runner takes an H200's (132): results do not depend on the grouping. */
+/* A launch's group: the caller's, or the automatic one, which needs the device's SM count (or, for
+   a cache-entry kernel, its cluster occupancy); the host runner takes an H200's 132 SMs: results
+   do not depend on the grouping. */
 #define C128__HOST_SM_COUNT 132
-static c128_status c128__pick_group(int32_t requested, int64_t jobs, c128__trait t, int32_t max_group, int on_gpu,
-                                    int32_t *group) {
+static c128_status c128__pick_group(int32_t requested, int64_t jobs, c128__trait t, int32_t max_group,
+                                    const void *kernel, int32_t *group) {
   int device = 0, sm_count = C128__HOST_SM_COUNT;
   *group = requested;
   if (requested > 0) return C128_SUCCESS;
-  if (on_gpu && (cudaGetDevice(&device) != cudaSuccess ||
-                 cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess))
-    return C128_ERROR_LAUNCH_FAILED;
-  *group = c128__group_size(jobs, t.head_dim, sm_count, max_group);
+  int64_t wave = (int64_t)C128_BLOCKS_PER_SM * sm_count;
+  if (kernel && t.entry) {
+    const c128_status st = c128__entry_info_of(kernel, C128_NUM_SPLIT(t.head_dim), &wave);
+    if (st != C128_SUCCESS) return st;
+  } else if (kernel) {
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return C128_ERROR_LAUNCH_FAILED;
+    wave = (int64_t)C128_BLOCKS_PER_SM * sm_count;
+  }
+  *group = c128__group_for_wave(jobs, t.head_dim, wave, max_group);
   return C128_SUCCESS;
 }
 
@@ -2801,10 +2894,12 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   const int variant = c128__variant(&shape, &a->entry, a->output_index);
   c128__more more;
   c128__params p = c128__decode_params(a, &shape, &more);
-  st = c128__pick_group(a->requests_per_block, a->batch, t, C128_MAX_DECODE_GROUP, kernels != NULL, &p.group);
+  const c128__trait tv = c128__variant_trait(t, variant);
+  const void *kernel = kernels ? kernels[variant] : NULL;
+  st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group);
   if (st != C128_SUCCESS) return st;
-  return c128__launch_blocks(kernels ? kernels[variant] : NULL, c128__grouped_blocks(a->batch, t, p.group), &p,
-                             c128__variant_trait(t, variant), C128_PLAN_DECODE, a->pdl, stream, o);
+  return c128__launch_blocks(kernel, c128__grouped_blocks(a->batch, t, p.group), &p, tv, C128_PLAN_DECODE, a->pdl,
+                             stream, o);
 }
 
 /* Compress first, write second, on one stream: a batch's writes may land on slots its own
@@ -2820,12 +2915,12 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
   if (a->num_compress > 0) {
     c128__more more;
     c128__params p = c128__prefill_params(a, C128_PLAN_COMPRESS, &shape, &more);
-    st = c128__pick_group(a->windows_per_block, a->num_compress, t, C128_MAX_PREFILL_GROUP, compress_kernels != NULL,
-                          &p.group);
+    const c128__trait tv = c128__variant_trait(t, variant);
+    const void *kernel = compress_kernels ? compress_kernels[variant] : NULL;
+    st = c128__pick_group(a->windows_per_block, a->num_compress, tv, C128_MAX_PREFILL_GROUP, kernel, &p.group);
     if (st != C128_SUCCESS) return st;
-    st = c128__launch_blocks(compress_kernels ? compress_kernels[variant] : NULL,
-                             c128__grouped_blocks(a->num_compress, t, p.group), &p, c128__variant_trait(t, variant),
-                             C128_PLAN_COMPRESS, a->pdl, stream, o);
+    st = c128__launch_blocks(kernel, c128__grouped_blocks(a->num_compress, t, p.group), &p, tv, C128_PLAN_COMPRESS,
+                             a->pdl, stream, o);
   }
   if (st == C128_SUCCESS && a->num_write > 0) {
     /* the write kernel stores no output: its variant is the state layout's alone */

@@ -28,7 +28,9 @@
    Set 0 of every variant is compared with today's first, bit for bit (the check column).
 
    Usage: c128_bench [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]]
-                     [--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check]
+                     [--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check] [--pdl 0|1|2]
+   --pdl sets args.pdl of every case's launches (default 0; 2 = C128_PDL_PLANS_READY: the plans
+   are uploaded once, before any launch).
    --filter runs the cases whose name holds any of the substrings (layout_|entry_: only the
    variants); the ceilings and empty launches always run.
    The commit is also read from $BENCH_COMMIT (the device copy of the tree may lack .git).
@@ -103,6 +105,7 @@ static const bench_lib bench_libs[2] = {
 static struct {
   const char *csv_path, *commit, *filter, *profile;
   int quick, cpu_check, samples_per_round;
+  int32_t pdl; /* args.pdl of every case's launches (--pdl) */
   double footprint;
 } bench_opt;
 
@@ -299,6 +302,7 @@ static void bench_build_decode(bench_case *c, int alloc) {
   }
   for (int64_t r = 0; r < c->nsets; ++r) {
     c128_decode_args *a = &c->dargs[r];
+    a->pdl = bench_opt.pdl;
     a->head_dim = BENCH_HEAD_DIM;
     a->state_dtype = c->state_bf16 ? C128_BF16 : C128_F32;
     a->input_dtype = C128_F32;
@@ -409,6 +413,7 @@ static void bench_build_prefill(bench_case *c, int alloc) {
         c->state_rows_read_per_unit += buffered;
       }
       c128_prefill_args *a = &c->pargs[u];
+      a->pdl = bench_opt.pdl;
       a->head_dim = BENCH_HEAD_DIM;
       a->state_dtype = c->state_bf16 ? C128_BF16 : C128_F32;
       a->input_dtype = C128_F32;
@@ -1819,11 +1824,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--filter") && v) bench_opt.filter = v, ++i;
     else if (!strcmp(a, "--profile") && v) bench_opt.profile = v, ++i;
     else if (!strcmp(a, "--quick")) bench_opt.quick = 1, bench_opt.samples_per_round = 3;
+    else if (!strcmp(a, "--pdl") && v) bench_opt.pdl = atoi(v), ++i;
     else if (!strcmp(a, "--cpu-check")) bench_opt.cpu_check = 1;
     else {
       fprintf(stderr,
               "usage: %s [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]] "
-              "[--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check]\n",
+              "[--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check] [--pdl 0|1|2]\n",
               argv[0]);
       return 2;
     }

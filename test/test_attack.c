@@ -1863,7 +1863,7 @@ static const field decode_fields[] = {
     FIELD(c128_decode_args, layout.rank, 0, 0),
     FIELD(c128_decode_args, layout.size, 0, 0),
     FIELD(c128_decode_args, layout.pages_per_rank, 0, 0),
-    FIELD(c128_decode_args, pdl, 0, 0),
+    FIELD(c128_decode_args, pdl, 0, C128_PDL_PLANS_READY),
     FIELD(c128_decode_args, requests_per_block, 0, C128_MAX_DECODE_GROUP),
 };
 static const field prefill_fields[] = {
@@ -1879,7 +1879,7 @@ static const field prefill_fields[] = {
     FIELD(c128_prefill_args, layout.rank, 0, 0),
     FIELD(c128_prefill_args, layout.size, 0, 0),
     FIELD(c128_prefill_args, layout.pages_per_rank, 0, 0),
-    FIELD(c128_prefill_args, pdl, 0, 0),
+    FIELD(c128_prefill_args, pdl, 0, C128_PDL_PLANS_READY),
     FIELD(c128_prefill_args, windows_per_block, 0, C128_MAX_PREFILL_GROUP),
 };
 
@@ -1903,7 +1903,7 @@ static uint64_t expected_launch(int prefill, const char *name, int64_t v, int64_
   if (!strcmp(name, "layout.rank")) return v == 0 ? ok : BIT(C128_ERROR_INVALID_LAYOUT);
   if (!strcmp(name, "layout.size")) return v < 0 ? BIT(C128_ERROR_INVALID_LAYOUT) : ok;
   if (!strcmp(name, "layout.pages_per_rank")) return v < 0 ? BIT(C128_ERROR_INVALID_LAYOUT) : ok;
-  if (!strcmp(name, "pdl")) return ok;
+  if (!strcmp(name, "pdl")) return v >= 0 && v <= C128_PDL_PLANS_READY ? ok : BIT(C128_ERROR_INVALID_PDL);
   if (strstr(name, "_per_block")) return v < 0 || v > limit ? BIT(C128_ERROR_INVALID_GROUP) : ok;
   (void)prefill;
   return 0;

@@ -308,9 +308,10 @@ static void every_group(const instance_entry *e, backend be, int64_t batch, floa
 
   for (int32_t gi = 0; gpu && gi <= C128_MAX_DECODE_GROUP; ++gi) {
     const int32_t group = gi < C128_MAX_DECODE_GROUP ? gi + 1 : 0; /* 1 .. 32, then automatic */
-    for (int pdl = 0; pdl <= 1; ++pdl) {
+    for (int pdl = 0; pdl <= C128_PDL_PLANS_READY; ++pdl) {
       /* Both steps back to back on one stream, nothing between them: with PDL step 2 may start
-         while step 1 runs, and must wait for it before reading or storing the state. */
+         while step 1 runs, and must wait for it before reading or storing the state (the plans
+         were uploaded before either began, as C128_PDL_PLANS_READY asks). */
       CUDA_OK(cudaMemcpyAsync(dev_guarded_inside(&g_state), c.state0, c.state_bytes, cudaMemcpyHostToDevice, stream));
       CUDA_OK(cudaMemsetAsync(dev_guarded_inside(&g_out), 0xFF, c.out_bytes, stream));
       for (int s = 0; s < STEPS; ++s) {

@@ -430,14 +430,18 @@ static void pdl_matches_plain(int prefill) {
       cr_assert_eq(c128_plan_decode(&ring, req, GB, (c128_decode_plan *)plans + (size_t)t * GB), C128_SUCCESS);
     }
   }
-  float *state_a, *out_a, *state_b, *out_b;
-  pdl_chain(prefill, 1, state0, ape, input, plans, counts, steps, &state_a, &out_a);
+  float *state_a, *out_a, *state_b, *out_b, *state_c, *out_c;
+  pdl_chain(prefill, C128_PDL_ON, state0, ape, input, plans, counts, steps, &state_a, &out_a);
   pdl_chain(prefill, 0, state0, ape, input, plans, counts, steps, &state_b, &out_b);
+  /* every plan was uploaded before the chain began: the promise of C128_PDL_PLANS_READY holds */
+  pdl_chain(prefill, C128_PDL_PLANS_READY, state0, ape, input, plans, counts, steps, &state_c, &out_c);
   cr_assert(memcmp(state_a, state_b, GPAGES * 128 * GROW * sizeof(float)) == 0, "state differs with PDL");
   cr_assert(memcmp(out_a, out_b, (size_t)steps * CAP * GD * sizeof(float)) == 0, "outputs differ with PDL");
+  cr_assert(memcmp(state_c, state_b, GPAGES * 128 * GROW * sizeof(float)) == 0, "state differs with plans ready");
+  cr_assert(memcmp(out_c, out_b, (size_t)steps * CAP * GD * sizeof(float)) == 0, "outputs differ with plans ready");
   cr_assert(memcmp(state_a, state0, GPAGES * 128 * GROW * sizeof(float)) != 0, "the chain must have written");
   free(state0), free(ape), free(input), free(plans), free(counts), free(state_a), free(out_a), free(state_b),
-      free(out_b);
+      free(out_b), free(state_c), free(out_c);
 }
 
 Test(gpu, pdl_decode_chain_matches_plain_launches) { pdl_matches_plain(0); }

@@ -817,13 +817,13 @@ static void decode_entry_cases(const instance_entry *e, backend be) {
   const int cpu = be == BACKEND_CPU;
   decode_entry_case(e, be, (entry_case){FP8, 2, 8, 1, 0, 0, 1.0f, 0});
   decode_entry_case(e, be, (entry_case){BF16E, 64, 2, 1, 1, !cpu, 60.0f, cpu});
-  decode_entry_case(e, be, (entry_case){FP8, 1, 9, 0, 4, 0, 1.0f, 0});
+  decode_entry_case(e, be, (entry_case){FP8, 1, 9, 0, 4, C128_PDL_PLANS_READY, 1.0f, 0});
 }
 static void prefill_entry_cases(const instance_entry *e, backend be) {
   const int cpu = be == BACKEND_CPU;
   prefill_entry_case(e, be, (entry_case){FP8, 2, 8, 1, 0, 0, 1.0f, 0});
   prefill_entry_case(e, be, (entry_case){BF16E, 64, 2, 1, 1, !cpu, 60.0f, cpu});
-  prefill_entry_case(e, be, (entry_case){FP8, 1, 12, 0, 3, 0, 1.0f, 0});
+  prefill_entry_case(e, be, (entry_case){FP8, 1, 12, 0, 3, C128_PDL_PLANS_READY, 1.0f, 0});
 }
 #define ENTRY_TESTS(name, D, state, input, output)                                                      \
   Test(cpu, name##_entry_decode) { decode_entry_cases(instance(C128_INSTANCE_##name), BACKEND_CPU); }   \

@@ -54,9 +54,10 @@ def test_instances() -> None:
 
 
 def test_statuses() -> None:
-    assert [s.value for s in c128.Status] == list(range(30))
+    assert [s.value for s in c128.Status] == list(range(31))
     assert c128.Status.SUCCESS == 0 and c128.Status.ERROR_ALIASED == 23 and c128.Status.ERROR_PAGE_SHARED == 24
     assert c128.Status.ERROR_INVALID_STATE_LAYOUT == 25 and c128.Status.ERROR_ROPE_TABLE_TOO_SHORT == 29
+    assert c128.Status.ERROR_INVALID_PDL == 30
     for s in c128.Status:
         assert _lib.STATUS_TEXT[s].startswith(f"C128_{s.name}: ")
 
