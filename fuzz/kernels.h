@@ -395,6 +395,16 @@ static int fz_bufs_equal(const fz_bufs *a, const fz_bufs *b, size_t plane_bytes,
 }
 static void fz_bufs_free(fz_bufs *b) { free(b->st.kv), free(b->st.sc), free(b->output), free(b->cache); }
 
+/* The ape of a cache-entry launch's pooled twin. A launch that can write no entry needs no ape,
+   so it accepts one that is NULL or misaligned; its pooled twin can write rows and needs a valid
+   one: zeros then (allocated, returned for freeing; NULL when the launch's own ape serves). */
+static float *fz_twin_ape(const float **ape, int D) {
+  if (*ape && (uintptr_t)*ape % (2 * sizeof(float)) == 0) return NULL;
+  float *zeros = (float *)calloc((size_t)128 * D, sizeof(float));
+  *ape = zeros;
+  return zeros;
+}
+
 /* The companion launch's pooled vectors: row k of `out` (count rows, the instance's dtype) as f32. */
 static float *fz_pooled_rows(const fz_instance *I, const void *out, int64_t count) {
   const int D = I->head_dim;
@@ -690,9 +700,7 @@ static void fz_mode_prefill(fz_reader *r) {
       b.output = comp.output, b.output_rows = NC, b.output_index = NULL;
       memset(&b.entry, 0, sizeof b.entry);
       b.num_write = 0;
-      /* A launch that can write no entry needs no ape; its pooled twin can write rows, and does. */
-      float *no_ape = b.ape ? NULL : (float *)calloc((size_t)128 * D, sizeof(float));
-      if (no_ape) b.ape = no_ape;
+      float *no_ape = fz_twin_ape(&b.ape, D);
       c128_host_options o2 = {0, opt.o.reverse_blocks, NULL, 0, 0};
       const c128_status st2 = I->prefill_host(&b, &o2);
       free(no_ape);
@@ -1048,9 +1056,7 @@ static void fz_mode_decode(fz_reader *r) {
       b.state = comp.st.kv, b.state_layout.score_plane = comp.st.sc;
       b.output = comp.output, b.output_rows = B, b.output_index = NULL;
       memset(&b.entry, 0, sizeof b.entry);
-      /* A launch that can write no entry needs no ape; its pooled twin can write rows, and does. */
-      float *no_ape = b.ape ? NULL : (float *)calloc((size_t)128 * D, sizeof(float));
-      if (no_ape) b.ape = no_ape;
+      float *no_ape = fz_twin_ape(&b.ape, D);
       c128_host_options o2 = {0, opt.o.reverse_blocks, NULL, 0, 0};
       const c128_status st2 = I->decode_host(&b, &o2);
       free(no_ape);

@@ -978,7 +978,8 @@ def crashes():
 
 # Inputs the fuzzer found that joined the corpus as they are (not encoded here): kept when the
 # corpus is regenerated.
-FOUND = {"planner-alias-null-workspace", "prefill-aliased-nothing-to-do"}
+FOUND = {"planner-alias-null-workspace", "prefill-aliased-nothing-to-do", "entry-launch-without-ape-pooled-twin",
+         "entry-launch-with-misaligned-ape-pooled-twin"}
 
 
 def main():
