@@ -88,7 +88,8 @@
      args.entry.kind C128_OUTPUT_POOLED (0): the pooled vector, output_dtype rows. DSV4_FP8 /
      DSV4_BF16: the decode and compress launches normalise it, rotate the last 64 channels and
      store DeepSeek-V4's cache entry (FlashMLA's sparse FP8 layout, or bf16) at entry
-     output_index[r] of a paged cache; needs sm_90 (clusters) and head_dim <= 512.
+     output_index[r] of a paged cache; head_dim <= 512, and a workspace the launch leaves as it
+     found it (c128_entry_workspace_bytes: zero it once, use it on one stream at a time).
 
    KERNELS (DESIGN 6)
      Decode: ceil(batch / G) x head_dim/64 blocks of 512 threads; a block takes G <= 32 requests
@@ -268,7 +269,7 @@
 #define C128_MAX_PREFILL_GROUP C128_WARP_THREADS            /* compress windows per block */
 #define C128_MAX_HEAD_DIM 65536                             /* keeps every element offset of a row in int */
 #define C128_ROPE_DIMS 64       /* cache entries: the last 64 channels are rotated, the others FP8 */
-#define C128_MAX_ENTRY_SPLITS 8 /* cache entries: a cluster holds a window's splits, head_dim <= 512 */
+#define C128_MAX_ENTRY_SPLITS 8 /* cache entries: a warp writes a split's part, head_dim <= 512 */
 /* Largest |GPU - host runner| of a C128_MATH_FAST output, per unit of (1 + max |kv|) (NUMERICS). */
 #define C128_FAST_BOUND 4e-6
 
@@ -350,10 +351,11 @@ typedef enum c128_instance_id {
   X(C128_ERROR_PAGE_SHARED, 24, "two requests (or ring chunks) of one batch would share a state page or block")    \
   X(C128_ERROR_INVALID_STATE_LAYOUT, 25, "state_layout: block_rows, row_shift or the block table is out of range") \
   X(C128_ERROR_INVALID_ENTRY, 26, "entry: unknown output kind, or a cache, page or table size out of range")       \
-  X(C128_ERROR_UNSUPPORTED_DEVICE, 27, "cache-entry output needs thread-block clusters (sm_90 or newer)")          \
+  X(C128_ERROR_UNSUPPORTED_DEVICE, 27, "not returned since 0.4.0 (cache entries needed sm_90 clusters before)")   \
   X(C128_ERROR_BLOCK_MISSING, 28, "a block the batch reads or writes is not allocated (or is the null block)")     \
   X(C128_ERROR_ROPE_TABLE_TOO_SHORT, 29, "a window starts at a position the RoPE table does not hold")             \
-  X(C128_ERROR_INVALID_PDL, 30, "pdl must be 0, C128_PDL_ON (1) or C128_PDL_PLANS_READY (2)")
+  X(C128_ERROR_INVALID_PDL, 30, "pdl must be 0, C128_PDL_ON (1) or C128_PDL_PLANS_READY (2)")                    \
+  X(C128_ERROR_WORKSPACE_TOO_SMALL, 31, "entry.workspace_bytes is below c128_entry_workspace_bytes(jobs, head_dim)")
 
 typedef enum c128_status {
 #define C128__STATUS_ENUM(name, value, message) name = value,
@@ -482,7 +484,11 @@ typedef enum c128_output_kind {
    `loc` is slot loc % P of page loc / P. FP8 entry t of a page: head_dim - 64 e4m3 codes and 64
    bf16 rope values at byte (head_dim + 64) * t; its scale bytes (one a block, then one 0 pad
    byte) at byte (head_dim + 64) * P + (head_dim / 64) * t. BF16 entry t: head_dim bf16 values at
-   byte 2 * head_dim * t. Needs sm_90 (thread-block clusters) and head_dim <= 512. */
+   byte 2 * head_dim * t. head_dim <= 512.
+   A window's head_dim / 64 blocks each leave their 64 pooled channels in the workspace; the last
+   of them to arrive (a counter a window) writes the whole entry and sets the counter back to
+   zero. So the workspace must be zero before its first launch (cudaMemset once), every launch
+   leaves it so, and two launches that run at the same time need a workspace each. */
 typedef struct c128_entry_args {
   c128_output_kind kind;    /* C128_OUTPUT_POOLED (0): the fields below are not read */
   const float *norm_weight; /* gamma [head_dim], f32 */
@@ -493,6 +499,8 @@ typedef struct c128_entry_args {
   int64_t cache_pages;
   int32_t entries_per_page; /* P: a power of two */
   int64_t page_bytes;       /* a multiple of 4, at least what P entries take */
+  void *workspace;          /* 16-byte aligned; zero before the first launch (above) */
+  int64_t workspace_bytes;  /* >= c128_entry_workspace_bytes(jobs, head_dim): jobs = batch or num_compress */
 } c128_entry_args;
 
 /* args.pdl of a decode or prefill launch (PDL, STREAMS, GRAPHS). */
@@ -596,6 +604,10 @@ C128_API c128_status c128_build_info_get(c128_build_info *info);
    other when every request is at a boundary (few blocks when few are: the common step).
    Defined for every argument (1 for sizes a launch would refuse). */
 C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count);
+/* Bytes of a cache-entry launch's workspace (c128_entry_args.workspace) for `jobs` decode
+   requests or compress plans: a counter and head_dim floats a job; -1 for a negative count or a
+   head_dim out of range. */
+C128_API int64_t c128_entry_workspace_bytes(int64_t jobs, int32_t head_dim);
 /* The same rule for compress windows per block (args.windows_per_block = 0). */
 C128_API int32_t c128_prefill_group_size(int64_t num_compress, int32_t head_dim, int32_t sm_count);
 
@@ -927,7 +939,7 @@ typedef struct c128__trait {
   int head_dim;
   int buf, in, out; /* c128_dtype of state, input, output */
   int layout;       /* reads c128__params' layout fields; 0: they are the default and go unread */
-  int entry;        /* writes cache entries through a cluster of the window's splits */
+  int entry;        /* writes cache entries: the last of a window's splits to arrive */
 } c128__trait;
 
 /* Kernel arguments, passed by value. plans points at the kernel's own plan kind. */
@@ -962,6 +974,8 @@ typedef struct c128__more {
   float eps;
   char *cache;
   int64_t cache_entries, rope_positions, page_bytes;
+  uint32_t *arrivals; /* the workspace: a counter a job, */
+  float *pooled;      /* then its window's pooled vector (bf16-rounded), [jobs][head_dim] */
 } c128__more;
 
 static C128__MAYBE_UNUSED void c128__track(c128__checker *checker, const void *addr, int count, int elem_size,
@@ -1388,23 +1402,18 @@ typedef struct c128__rows {
 
 /* What a block of a layout or cache-entry kernel keeps beside its list (DESIGN 5.9, 11): per
    listed window, each warp's first state row in each plane (its rows lie in one block: blocks
-   hold a multiple of 8 rows) and the window's position; and the bf16-rounded pooled vectors of
-   the last two folded windows, all splits, which the cluster's blocks push into every block. */
+   hold a multiple of 8 rows); in cache-entry kernels the window's cache entry and position (its
+   c128__window.out_row is then the job, its row of the workspace), whether this block was the
+   last of its splits to arrive; for the last two folded windows the block's own 64 channels,
+   and for the last two staged ones the whole pooled vector. */
 #define C128__ENTRY_FLOATS (C128_MAX_ENTRY_SPLITS * C128_TILE_DIM)
 typedef struct c128__block_ext {
   int64_t kv_row[C128__MAX_GROUP][C128_NUM_WARPS], score_row[C128__MAX_GROUP][C128_NUM_WARPS];
-  int32_t position[C128__MAX_GROUP];
+  int64_t entry[C128__MAX_GROUP];
+  int32_t position[C128__MAX_GROUP], last[C128__MAX_GROUP];
+  float mine[2][C128_TILE_DIM];
   float y[2][C128__ENTRY_FLOATS];
 } c128__block_ext;
-
-/* A block's cluster in cache-entry kernels: its own ext and the cluster's size; the host runner
-   also gives every block's ext, by split (on the GPU the cluster's shared memory is addressed
-   through mapa). */
-typedef struct c128__cluster {
-  c128__block_ext *ext;
-  c128__block_ext *const *blocks;
-  int size;
-} c128__cluster;
 
 /* Warp w loads window rows 8w .. 8w+7, lane l channels 2l, 2l+1 of the split. Row j < buffer_len
    comes from the state, the others from the input. A warp whose rows all come from one tensor
@@ -1529,33 +1538,13 @@ C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__w
 #define C128__PARTIAL(sm, field, w, c) ((&(sm)->field[0][0].x)[(w) * C128__SMEM_FLOATS_PER_WARP + (c)])
 // clang-format on
 
-/* Cache-entry kernels: value v (rounded to bf16, the reference's first step) of element i of
-   pooled-vector buffer `buf` into every block of the cluster. */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-C128__DEVICE void c128__push(const c128__cluster *cl, int buf, int i, float v) {
-  const uint32_t local = (uint32_t)__cvta_generic_to_shared(&cl->ext->y[buf][i]);
-  for (int rank = 0; rank < cl->size; ++rank) {
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
-  }
-}
-#elif defined(__CUDA_ARCH__) /* no clusters before sm_90: the launch refuses cache entries there */
-C128__DEVICE void c128__push(const c128__cluster *cl, int buf, int i, float v) {
-  (void)cl, (void)buf, (void)i, (void)v;
-}
-#else
-static void c128__push(const c128__cluster *cl, int buf, int i, float v) {
-  for (int rank = 0; rank < cl->size; ++rank) cl->blocks[rank]->y[buf][i] = v;
-}
-#endif
-
-/* A folded value: into the output row, or (cache-entry kernels) pooled-vector buffer `buf` of
-   the cluster. */
+/* A folded value: into the output row, or (cache-entry kernels) rounded to bf16, the reference's
+   first step, into the block's own channels in shared memory (`mine`), which c128__arrive
+   copies to the workspace. */
 C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c128__window *w, int c, float v,
-                                 const c128__cluster *cl, int buf) {
+                                 float *mine) {
   if (t.entry) {
-    c128__push(cl, buf, w->split * C128_TILE_DIM + c, c128__widen_bf16(c128__narrow_bf16(v)));
+    mine[c] = c128__widen_bf16(c128__narrow_bf16(v));
     return;
   }
   c128__store1(p, p->output, w->out_row * t.head_dim + (int64_t)w->split * C128_TILE_DIM + c, t.out, v);
@@ -1563,7 +1552,7 @@ C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c12
 
 /* Two-warp epilogue: thread t < 64 folds the 16 partials of channel t in registers. */
 C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                                  const c128__smem *sm, const c128__cluster *cl, int buf) {
+                                  const c128__smem *sm, float *mine) {
   if (tid >= C128_TILE_DIM) return;
   float m[C128_NUM_WARPS];
   float big = -INFINITY;
@@ -1580,7 +1569,7 @@ C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c1
     denom = fmaf(C128__PARTIAL(sm, sum, i, tid), r, denom);
     numer = fmaf(C128__PARTIAL(sm, acc, i, tid), r, numer);
   }
-  c128__store_output(p, t, w, tid, c128__div(numer, denom), cl, buf);
+  c128__store_output(p, t, w, tid, c128__div(numer, denom), mine);
 }
 
 /* xor-butterfly over the 16 lanes of a half-warp. The device trades registers; the host runner,
@@ -1611,7 +1600,7 @@ C128__FN float c128__butterfly16(float own, const float *lanes, int is_max, int 
 /* Legacy epilogue: all 512 threads in 2 passes; each half-warp owns one channel, its 16 lanes
    hold the 16 warps' partials; every lane stores the result. */
 C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                                                   const c128__smem *sm, const c128__cluster *cl, int buf) {
+                                                   const c128__smem *sm, float *mine) {
   const int src = tid % C128__HALF_WARP, half = tid / C128__HALF_WARP;
   const int halves = C128_BLOCK_THREADS / C128__HALF_WARP;
   float lanes_m[C128__HALF_WARP], lanes_s[C128__HALF_WARP], lanes_p[C128__HALF_WARP]; /* host replay only */
@@ -1636,7 +1625,7 @@ C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__
 #endif
     const float out =
         c128__butterfly16(c128__mul(C128__PARTIAL(sm, acc, src, c), c128__div(r, denom)), lanes_p, 0, src);
-    c128__store_output(p, t, w, c, out, cl, buf);
+    c128__store_output(p, t, w, c, out, mine);
   }
   (void)lanes_m;
   (void)lanes_s;
@@ -1644,11 +1633,11 @@ C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__
 }
 
 C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__window *w, int tid, const c128__smem *sm,
-                         const c128__cluster *cl, int buf) {
+                         float *mine) {
 #if C128_EPILOGUE == C128_EPILOGUE_LEGACY
-  c128__fold_legacy(p, t, w, tid, sm, cl, buf);
+  c128__fold_legacy(p, t, w, tid, sm, mine);
 #else
-  c128__fold_two_warp(p, t, w, tid, sm, cl, buf);
+  c128__fold_two_warp(p, t, w, tid, sm, mine);
 #endif
 }
 
@@ -1717,7 +1706,8 @@ C128__FN void c128__resolve_rows(const c128__params *p, const c128__window *w, i
    ballot gathers the answers, so every warp knows the count without waiting for another; warp 0
    also lists the windows in shared memory (read after the barrier), with their positions in
    cache-entry kernels, and in kernels of any layout each warp resolves its own rows of every
-   window. listed[k] is job k's persisted row (decode; kv -1: none): on the GPU each lane holds
+   window; in cache-entry kernels a window's out_row becomes its job (the workspace row), and
+   ext keeps the entry. listed[k] is job k's persisted row (decode; kv -1: none): on the GPU each lane holds
    its own job's (listed[0]), which the warp's writes take from that lane by shuffle; the host
    runner fills all 32 and the writes index them the same way. The host runner calls it once per
    block: one pass stands for every warp's identical ballot. */
@@ -1731,8 +1721,8 @@ C128__FN uint32_t c128__list_windows(const c128__params *p, c128__trait t, int k
   const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
   const int n = __popc(mask & ((1u << lane) - 1u));
   if (runs && tid < C128_WARP_THREADS) {
+    if (t.entry) ext->entry[n] = w.out_row, ext->position[n] = position, w.out_row = j->first + lane;
     sh->windows[n] = w;
-    if (t.entry) ext->position[n] = position;
   }
   if (runs && t.layout) c128__resolve_rows(p, &w, tid / C128_WARP_THREADS, ext, n);
   return mask;
@@ -1742,7 +1732,7 @@ C128__FN uint32_t c128__list_windows(const c128__params *p, c128__trait t, int k
   for (int k = 0, n = 0; k < p->group; ++k) {
     if (!c128__job_window(p, t, kind, j, k, 0, &sh->windows[n], &listed[k], &position)) continue;
     mask |= 1u << k;
-    if (t.entry) ext->position[n] = position;
+    if (t.entry) ext->entry[n] = sh->windows[n].out_row, ext->position[n] = position, sh->windows[n].out_row = j->first + k;
     for (int warp = 0; t.layout && warp < C128_NUM_WARPS; ++warp) c128__resolve_rows(p, &sh->windows[n], warp, ext, n);
     ++n;
   }
@@ -1758,42 +1748,56 @@ C128__FN int c128__popcount(uint32_t mask) {
 }
 
 /* Steps of a block whose list is `mask`: the list alone, or the list, one step per window and
-   the last fold (and in cache-entry kernels the last entry). */
+   the last fold (and in cache-entry kernels the last arrival, staging and entry). */
 C128__FN int c128__block_steps(c128__trait t, uint32_t mask) {
   const int count = c128__popcount(mask);
-  return count ? count + (t.entry ? 3 : 2) : 1;
+  return count ? count + (t.entry ? 5 : 2) : 1;
 }
 
-C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128__block_shared *sh,
-                                const c128__cluster *cl, int e, int lane);
-#define C128__ENTRY_WARP 2 /* writes each window's entry part: warps 0 and 1 fold */
+C128__FN void c128__arrive(const c128__params *p, c128__trait t, const c128__block_shared *sh, c128__block_ext *ext,
+                           int e, int lane);
+C128__FN void c128__stage_entry(const c128__params *p, c128__trait t, const c128__block_shared *sh,
+                                c128__block_ext *ext, int e, int split, int lane);
+C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128__block_ext *ext, int e, int split,
+                                int lane);
+/* Cache-entry kernels: warps 0 and 1 fold, warp C128__ENTRY_WARP + k stages split k's channels
+   and writes split k's part of an entry, and a warp that does neither brings the block's
+   channels to the workspace and counts its arrival. */
+#define C128__ENTRY_WARP 2
+#define C128__ARRIVE_WARP (C128__ENTRY_WARP + C128_MAX_ENTRY_SPLITS)
+C128__STATIC_ASSERT(C128__ARRIVE_WARP < C128_NUM_WARPS, "a warp beside the folding and entry warps");
 
 /* Step s >= 1 of a block with `count` windows: window s - 1's loads and partials, window s - 2's
-   fold, and in cache-entry kernels window s - 3's entry. */
+   fold, and in cache-entry kernels window s - 3's arrival and, in the window's last block,
+   window s - 4's staging and window s - 5's entry. */
 C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, int step, int count, int tid,
-                                c128__block_shared *sh, const c128__cluster *cl) {
+                                c128__block_shared *sh, c128__block_ext *ext) {
   const int window = step - 1, warp = tid / C128_WARP_THREADS;
   /* Homogeneous instances send the window's loads out before the fold. Mixed ones fold first:
      measured faster for bf16-state decode (B = 128: 12.6 against 13.3 us), and their exact build
      would spill, as did the decode kernels of any layout and the kernels with cache entries
-     (more addresses to form; a fold that also pushes into the cluster). */
-  const int entry_warp = t.entry && warp == C128__ENTRY_WARP;
+     (more addresses to form). */
+  const int entry_warp = t.entry && warp >= C128__ENTRY_WARP && warp < C128__ENTRY_WARP + C128_NUM_SPLIT(t.head_dim);
   const int loads_first = t.buf == t.in && !t.entry && (!t.layout || kind == C128_PLAN_COMPRESS);
+  if (t.entry && warp == C128__ARRIVE_WARP && window >= 2 && window - 2 < count)
+    c128__arrive(p, t, sh, ext, window - 2, tid % C128_WARP_THREADS);
+  if (entry_warp && window >= 4 && window - 4 < count && ext->last[window - 4])
+    c128__write_entry(p, t, ext, window - 4, warp - C128__ENTRY_WARP, tid % C128_WARP_THREADS);
+  if (entry_warp && window >= 3 && window - 3 < count && ext->last[window - 3])
+    c128__stage_entry(p, t, sh, ext, window - 3, warp - C128__ENTRY_WARP, tid % C128_WARP_THREADS);
   c128__rows rows;
   c128__window cur = {0, 0, 0, 0, 0}; /* in registers: reading it from shared at each use costs a spill */
   c128__dest from;                    /* the warp's first state row in each plane */
   if (window < count) cur = sh->windows[window];
   if (t.layout && window < count) {
-    from.kv = cl->ext->kv_row[window][warp], from.score = cl->ext->score_row[window][warp];
+    from.kv = ext->kv_row[window][warp], from.score = ext->score_row[window][warp];
   } else {
     from.kv = from.score = cur.state_row0 + warp * C128_ROWS_PER_WARP;
   }
-  if (entry_warp && window >= 2 && window - 2 < count)
-    c128__write_entry(p, t, sh, cl, window - 2, tid % C128_WARP_THREADS);
   if (window < count && loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
   if (window >= 1 && (!t.entry || window - 1 < count)) {
     const c128__window prev = sh->windows[window - 1];
-    c128__fold(p, t, &prev, tid, &sh->fold[(window - 1) % 2], cl, (window - 1) % 2);
+    c128__fold(p, t, &prev, tid, &sh->fold[(window - 1) % 2], t.entry ? ext->mine[(window - 1) % 2] : NULL);
   }
   if (window < count && !loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
   if (window < count) c128__partials(p, t, &cur, tid, &rows, &sh->fold[window % 2]);
@@ -1896,13 +1900,60 @@ C128__FN void c128__write_row(const c128__params *p, c128__trait t, int64_t inde
 }
 
 /* >>entry: the cache-entry epilogue (DESIGN 11) ------------------------------------------------- */
-/* A cluster holds a window's splits (one block each). Every block pushes its split's 64 folded
-   values, rounded to bf16, into every block's buffer; after the cluster barrier that ends the
-   fold's step, warp C128__ENTRY_WARP of each block reads the whole window from its own shared
-   memory, forms the RMSNorm's sum of squares in a fixed order, and writes its split's part of
-   the entry: an FP8 block of 64 channels with its scale byte, or (the last split) the 32 RoPE
-   pairs. Every value of the reference chain is rounded as DESIGN 11 says, with IEEE operations
-   only, so that the host runner's bits are the GPU's. */
+/* A window's splits are head_dim / 64 blocks that never wait for each other. Each stores its
+   64 folded values, rounded to bf16, into the job's row of the workspace and counts itself in
+   the job's counter; the block that brings the count to the splits is the last (any of them, in
+   any order) and writes the whole entry: warp C128__ENTRY_WARP + k reads the row, forms the
+   RMSNorm's sum of squares in a fixed order, and writes split k's part, an FP8 block of 64
+   channels with its scale byte, or (the last split) the 32 RoPE pairs. So the entry depends on
+   the row alone, never on which block came last. Every value of the reference chain is rounded
+   as DESIGN 11 says, with IEEE operations only, so that the host runner's bits are the GPU's. */
+/* Listed window e's split arrives, by lane `lane` of C128__ARRIVE_WARP: the warp stores the
+   block's 64 folded channels into the job's row of the workspace, and lane 0 counts the block.
+   A grid barrier's pattern: the fence before the count makes the warp's stores visible to
+   whichever block reads the count last, and that block's fence after it orders its reads of the
+   row (c128__stage_entry) after every block's stores. That block sets the counter back to zero. */
+C128__FN void c128__arrive(const c128__params *p, c128__trait t, const c128__block_shared *sh, c128__block_ext *ext,
+                           int e, int lane) {
+  const c128__window w = sh->windows[e];
+  const int c = C128_TILE_ELEMS * lane;
+  float *to = p->more->pooled + w.out_row * t.head_dim + (int64_t)w.split * C128_TILE_DIM + c;
+  to[0] = ext->mine[e % 2][c], to[1] = ext->mine[e % 2][c + 1]; /* the workspace: no race to check */
+  uint32_t *count = p->more->arrivals + w.out_row;
+#ifdef __CUDA_ARCH__
+  __syncwarp();
+  if (lane != 0) return;
+  __threadfence();
+  const uint32_t before = atomicAdd(count, 1u);
+#else
+  if (lane != 0) return;
+  const uint32_t before = (*count)++; /* the host runner runs one block at a time */
+#endif
+  const int last = before == (uint32_t)C128_NUM_SPLIT(t.head_dim) - 1u;
+  if (last) {
+    *count = 0u;
+#ifdef __CUDA_ARCH__
+    __threadfence();
+#endif
+  }
+  ext->last[e] = last;
+}
+
+/* The last block's copy of listed window e's pooled vector, split `split` of it by lane `lane`
+   of warp C128__ENTRY_WARP + split: from L2 (other blocks stored it in this launch: past the
+   SM's L1) into shared memory, from which the next step's entry reads the whole vector. */
+C128__FN void c128__stage_entry(const c128__params *p, c128__trait t, const c128__block_shared *sh,
+                                c128__block_ext *ext, int e, int split, int lane) {
+  const int c = split * C128_TILE_DIM + C128_TILE_ELEMS * lane;
+  const float *from = p->more->pooled + sh->windows[e].out_row * t.head_dim + c;
+#ifdef __CUDA_ARCH__
+  const float2 v = __ldcg((const float2 *)from);
+#else
+  const float2 v = {from[0], from[1]};
+#endif
+  ext->y[e % 2][c] = v.x, ext->y[e % 2][c + 1] = v.y;
+}
+
 C128__FN float c128__sqrt(float x) {
 #ifdef __CUDA_ARCH__
   return __fsqrt_rn(x);
@@ -2016,26 +2067,26 @@ C128__FN float c128__lane_amax(const c128__params *p, const float *y, float r, i
   return c128__max_either(fabsf(c128__entry_z(p, y, r, c)), fabsf(c128__entry_z(p, y, r, c + 1)));
 }
 
-/* Listed window e's entry: this block's split of it, by lane `lane` of C128__ENTRY_WARP. */
-C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128__block_shared *sh,
-                                const c128__cluster *cl, int e, int lane) {
+/* Listed window e's entry: split `split` of it, by lane `lane` of warp C128__ENTRY_WARP + split. */
+C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128__block_ext *ext, int e, int split,
+                                int lane) {
   const int D = t.head_dim, splits = C128_NUM_SPLIT(t.head_dim), fp8 = p->more->entry_kind == C128_OUTPUT_DSV4_FP8;
-  const float *y = cl->ext->y[e % 2];
+  const float *y = ext->y[e % 2];
   float lanes[C128_WARP_THREADS]; /* the host runner's replay of the reductions */
 #ifndef __CUDA_ARCH__
   for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_squares(y, D, l);
 #endif
   const float squares = c128__warp_tree(c128__lane_squares(y, D, lane), lanes, 0, lane);
   const float r = c128__div(1.0f, c128__sqrt(c128__add(c128__div(squares, (float)D), p->more->eps)));
-  const c128__window w = sh->windows[e];
-  const int base = w.split * C128_TILE_DIM, c = base + C128_TILE_ELEMS * lane;
+  const int64_t loc = ext->entry[e];
+  const int base = split * C128_TILE_DIM, c = base + C128_TILE_ELEMS * lane;
   const float z0 = c128__entry_z(p, y, r, c), z1 = c128__entry_z(p, y, r, c + 1);
-  const int64_t entries = (int64_t)1 << p->more->entry_shift, slot = w.out_row & (entries - 1);
-  char *page = p->more->cache + (w.out_row >> p->more->entry_shift) * p->more->page_bytes;
+  const int64_t entries = (int64_t)1 << p->more->entry_shift, slot = loc & (entries - 1);
+  char *page = p->more->cache + (loc >> p->more->entry_shift) * p->more->page_bytes;
   char *entry = page + slot * (fp8 ? D + C128_ROPE_DIMS : 2 * D), *scales = page + (D + C128_ROPE_DIMS) * entries;
-  if (w.split == splits - 1) { /* RoPE pair `lane` of the last 64 channels at the window's position */
+  if (split == splits - 1) { /* RoPE pair `lane` of the last 64 channels at the window's position */
     const float2 cs =
-        c128__load2(p, p->more->rope, ((int64_t)cl->ext->position[e] * C128_WARP_THREADS + lane) * 2, C128_F32, 0);
+        c128__load2(p, p->more->rope, ((int64_t)ext->position[e] * C128_WARP_THREADS + lane) * 2, C128_F32, 0);
     const uint32_t re = c128__narrow_bf16(c128__sub(c128__mul(z0, cs.x), c128__mul(z1, cs.y)));
     const uint32_t im = c128__narrow_bf16(c128__add(c128__mul(z0, cs.y), c128__mul(z1, cs.x)));
     c128__store_bytes(p, entry + (fp8 ? D - C128_ROPE_DIMS + 2 * C128_TILE_ELEMS * lane : 2 * c), re | im << 16, 4);
@@ -2054,7 +2105,7 @@ C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128
   if (fp8) {
     c128__store_bytes(p, entry + c, q0 | q1 << 8, 2);
     if (lane == 0)
-      c128__store_bytes(p, scales + (int64_t)splits * slot + w.split, finite ? (uint32_t)(E + 127) : 0xFFu, 1);
+      c128__store_bytes(p, scales + (int64_t)splits * slot + split, finite ? (uint32_t)(E + 127) : 0xFFu, 1);
     return;
   }
   const uint32_t v0 = c128__narrow_bf16(c128__mul(c128__e4m3_value(q0), c128__pow2(E))); /* exact */
@@ -2139,25 +2190,10 @@ C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind,
   }
 }
 
-/* The barrier between two steps; in cache-entry kernels from step 2 on, the cluster's: the fold
-   of step s pushes into the other blocks, whose entries of step s + 1 read it (and the first push
-   must not come before every block of the cluster has started). */
-C128__DEVICE void c128__step_barrier(c128__trait t, int step) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (t.entry && step >= 2) {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    return;
-  }
-#endif
-  (void)t, (void)step;
-  __syncthreads();
-}
-
 /* A decode or compress block: prologue, wait, then the steps with a barrier between. `ext` (the
    layout and cache-entry kernels' shared memory beside the list) is NULL in the others. */
 C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind, c128__block_shared *sh,
                                   c128__block_ext *ext) {
-  const c128__cluster cl = {ext, NULL, C128_NUM_SPLIT(t.head_dim)};
   const int tid = (int)threadIdx.x;
   const c128__jobs j = c128__block_jobs(p, t, blockIdx.x);
   if (kind == C128_PLAN_DECODE) c128__pdl_trigger(); /* decode blocks are short: overlap the next launch */
@@ -2186,8 +2222,8 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
   C128__NO_UNROLL
   for (int s = 1; s < steps; ++s) {
     if (s == count + 1 && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* the last loads are out */
-    c128__step_barrier(t, s);
-    c128__window_step(p, t, kind, s, count, tid, sh, &cl);
+    __syncthreads();
+    c128__window_step(p, t, kind, s, count, tid, sh, ext);
   }
 }
 
@@ -2223,8 +2259,15 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
     const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);              \
     c128__run_block(&p, t, KIND, &sh, NULL);                                       \
   }
+/* The legacy epilogue's cache-entry kernels of any layout spilled at two blocks an SM (sm_90):
+   that build's cache-entry kernels take one. */
+#if C128_EPILOGUE == C128_EPILOGUE_LEGACY
+#define C128__BLOCKS_PER_SM_OF(entry) ((entry) ? 1 : C128_BLOCKS_PER_SM)
+#else
+#define C128__BLOCKS_PER_SM_OF(entry) C128_BLOCKS_PER_SM
+#endif
 #define C128__BLOCK_KERNEL_MORE(kernel, KIND, name, suffix, D, state, input, output, layout, entry) \
-  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)                  \
+  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128__BLOCKS_PER_SM_OF(entry))       \
       c128__##kernel##_kernel_##name##suffix(const c128__params given, const c128__more more) {     \
     __shared__ c128__block_shared sh;                                                               \
     __shared__ c128__block_ext ext;                                                                 \
@@ -2405,8 +2448,7 @@ static size_t c128__state_bytes(const c128__params *p, c128__trait t) {
 }
 
 /* Runs one launch on the CPU: for each block, each step of the block program for every thread,
-   in thread order (DESIGN 7). A cache-entry launch runs a cluster at a time: step s of each of
-   its blocks, then step s + 1, as the cluster barrier between steps orders them on the GPU. */
+   in thread order (DESIGN 7). */
 static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64_t blocks, const c128_host_options *o) {
   c128__checker checker;
   memset(&checker, 0, sizeof checker);
@@ -2430,53 +2472,35 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
     p.checker = &checker;
   }
   const int threads = kind == C128_PLAN_WRITE ? C128_WRITE_BLOCK_THREADS : C128_BLOCK_THREADS;
-  const int cluster = t.entry && kind != C128_PLAN_WRITE ? C128_NUM_SPLIT(t.head_dim) : 1;
   const int reverse = o && o->reverse_blocks;
-  /* the cluster's shared memory; blocks of one cluster by split */
-  c128__block_shared *sh = (c128__block_shared *)malloc((size_t)cluster * sizeof *sh);
-  c128__block_ext *ext = (c128__block_ext *)malloc((size_t)cluster * sizeof *ext);
-  c128__block_ext *by_split[C128_MAX_ENTRY_SPLITS];
-  c128__dest listed[C128_MAX_ENTRY_SPLITS][C128__MAX_GROUP];
-  c128__cluster cl[C128_MAX_ENTRY_SPLITS];
+  c128__block_shared *sh = (c128__block_shared *)malloc(sizeof *sh);
+  c128__block_ext *ext = (c128__block_ext *)malloc(sizeof *ext);
+  c128__dest listed[C128__MAX_GROUP];
   if (!sh || !ext) checker.out_of_memory = 1;
-  for (int b = 0; b < cluster && !checker.out_of_memory; ++b) {
-    by_split[b] = &ext[b];
-    cl[b].ext = &ext[b], cl[b].blocks = by_split, cl[b].size = cluster;
-  }
-  for (int64_t i = 0; i < blocks / cluster && !checker.out_of_memory; ++i) {
-    const int64_t first = (reverse ? blocks / cluster - 1 - i : i) * cluster;
+  for (int64_t i = 0; i < blocks && !checker.out_of_memory; ++i) {
+    const int64_t block = reverse ? blocks - 1 - i : i;
+    checker.block = (int32_t)block;
+    checker.phase = 0;
     if (kind == C128_PLAN_WRITE) {
-      checker.block = (int32_t)first;
-      checker.phase = 0;
       for (checker.tid = 0; checker.tid < threads; ++checker.tid) {
-        const int64_t index = first * C128_WRITE_WARPS + checker.tid / C128_WARP_THREADS;
+        const int64_t index = block * C128_WRITE_WARPS + checker.tid / C128_WARP_THREADS;
         if (index < p.num_plans) c128__write_row(&p, t, index, checker.tid % C128_WARP_THREADS);
       }
       continue;
     }
-    int steps = 1, count = 0;
-    for (int k = 0; k < cluster; ++k) { /* step 0 of each block */
-      const int b = reverse ? cluster - 1 - k : k;
-      checker.block = (int32_t)(first + b);
-      checker.phase = 0;
-      memset(&sh[b], 0xFF, sizeof sh[b]); /* NaN: a fold that reads an unwritten partial shows it */
-      memset(&ext[b], 0xFF, sizeof ext[b]);
-      const c128__jobs j = c128__block_jobs(&p, t, first + b);
-      const uint32_t mask = c128__list_windows(&p, t, kind, &j, 0, &sh[b], &ext[b], listed[b]);
-      steps = c128__block_steps(t, mask), count = c128__popcount(mask); /* the same in every block of a cluster */
-      for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
-        c128__decode_rows rows;
-        c128__decode_fetch(&p, t, &j, checker.tid, &rows);
-        c128__decode_writes(&p, t, &j, checker.tid, &rows, listed[b]);
-      }
+    memset(sh, 0xFF, sizeof *sh); /* NaN: a fold that reads an unwritten partial shows it */
+    memset(ext, 0xFF, sizeof *ext);
+    const c128__jobs j = c128__block_jobs(&p, t, block);
+    const uint32_t mask = c128__list_windows(&p, t, kind, &j, 0, sh, ext, listed);
+    const int steps = c128__block_steps(t, mask), count = c128__popcount(mask);
+    for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
+      c128__decode_rows rows;
+      c128__decode_fetch(&p, t, &j, checker.tid, &rows);
+      c128__decode_writes(&p, t, &j, checker.tid, &rows, listed);
     }
     for (checker.phase = 1; checker.phase < steps; ++checker.phase)
-      for (int k = 0; k < cluster; ++k) {
-        const int b = reverse ? cluster - 1 - k : k;
-        checker.block = (int32_t)(first + b);
-        for (checker.tid = 0; checker.tid < threads; ++checker.tid)
-          c128__window_step(&p, t, kind, checker.phase, count, checker.tid, &sh[b], &cl[b]);
-      }
+      for (checker.tid = 0; checker.tid < threads; ++checker.tid)
+        c128__window_step(&p, t, kind, checker.phase, count, checker.tid, sh, ext);
   }
   free(sh), free(ext);
   c128__checker_free(&checker);
@@ -2551,11 +2575,20 @@ C128__FN int64_t c128__entry_bytes(c128__trait t, int kind) {
   return kind == C128_OUTPUT_DSV4_FP8 ? t.head_dim + C128_ROPE_DIMS + C128_NUM_SPLIT(t.head_dim) : 2 * t.head_dim;
 }
 
+/* The workspace of a cache-entry launch of `jobs`: the counters, then (16-byte aligned) the pooled rows. */
+C128__FN int64_t c128__pooled_offset(int64_t jobs) { return (jobs * (int64_t)sizeof(uint32_t) + 15) & ~(int64_t)15; }
+
+C128_API int64_t c128_entry_workspace_bytes(int64_t jobs, int32_t head_dim) {
+  if (jobs < 0 || head_dim < C128_TILE_DIM || head_dim > C128_MAX_HEAD_DIM || head_dim % C128_TILE_DIM != 0) return -1;
+  const int64_t row = (int64_t)head_dim * (int64_t)sizeof(float) + (int64_t)sizeof(uint32_t);
+  return jobs > (INT64_MAX - 16) / row ? -1 : c128__pooled_offset(jobs) + jobs * (int64_t)head_dim * (int64_t)sizeof(float);
+}
+
 static c128_status c128__check_entry(const c128_entry_args *e, c128__trait t, c128__shape_of *shape) {
   shape->entry_shift = 0;
   if (e->kind == C128_OUTPUT_POOLED) return C128_SUCCESS;
   if (e->kind != C128_OUTPUT_DSV4_FP8 && e->kind != C128_OUTPUT_DSV4_BF16) return C128_ERROR_INVALID_ENTRY;
-  if (C128_NUM_SPLIT(t.head_dim) > C128_MAX_ENTRY_SPLITS) return C128_ERROR_INVALID_ENTRY; /* a cluster's splits */
+  if (C128_NUM_SPLIT(t.head_dim) > C128_MAX_ENTRY_SPLITS) return C128_ERROR_INVALID_ENTRY; /* a warp a split */
   if (e->cache_pages < 0 || e->rope_positions < 0 || e->page_bytes < 0 || e->entries_per_page < 0)
     return C128_ERROR_NEGATIVE_SIZE;
   shape->entry_shift = c128__log2_exact(e->entries_per_page);
@@ -2577,13 +2610,13 @@ static c128_status c128__check_entry(const c128_entry_args *e, c128__trait t, c1
 static c128_status c128__check_tensors(c128__trait t, const c128__shape_of *shape, void *state, int64_t state_pages,
                                        const c128_state_layout *lay, const void *input, int64_t input_rows,
                                        const float *ape, void *output, int64_t output_rows, const int64_t *index,
-                                       int64_t index_rows, const c128_entry_args *e, const c128__extent *plans,
-                                       int num_plans, int stores) {
+                                       int64_t index_rows, const c128_entry_args *e, int64_t jobs,
+                                       const c128__extent *plans, int num_plans, int stores) {
   const int entry = e->kind != C128_OUTPUT_POOLED;
   const int need_output = entry ? e->cache_pages > 0 : output_rows > 0; /* else no window can be written */
   const int need_ape = need_output || (shape->layout && lay->score_biased && stores); /* biased writes add ape */
   if (!state || !input || (need_ape && !ape) ||
-      (need_output && (entry ? !e->cache || !e->norm_weight || !e->rope_table : !output)))
+      (need_output && (entry ? !e->cache || !e->norm_weight || !e->rope_table || !e->workspace : !output)))
     return C128_ERROR_NULL_POINTER;
   /* Vector accesses: a pair of elements is one access; outputs are stored singly. */
   if (c128__misaligned(state, 2 * (size_t)c128__dtype_bytes(t.buf)) ||
@@ -2592,19 +2625,23 @@ static c128_status c128__check_tensors(c128__trait t, const c128__shape_of *shap
       (need_ape && c128__misaligned(ape, 2 * sizeof(float))) ||
       (need_output && !entry && c128__misaligned(output, (size_t)c128__dtype_bytes(t.out))) ||
       (need_output && entry &&
-       (c128__misaligned(e->cache, 4) || c128__misaligned(e->norm_weight, 4) || c128__misaligned(e->rope_table, 8))))
+       (c128__misaligned(e->cache, 4) || c128__misaligned(e->norm_weight, 4) || c128__misaligned(e->rope_table, 8) ||
+        c128__misaligned(e->workspace, 16))))
     return C128_ERROR_MISALIGNED;
+  const int64_t workspace = need_output && entry ? c128_entry_workspace_bytes(jobs, t.head_dim) : 0;
+  if (workspace != 0 && (workspace < 0 || e->workspace_bytes < workspace)) return C128_ERROR_WORKSPACE_TOO_SMALL;
   const int split = shape->layout && lay->score_plane;
   const uint64_t plane = (uint64_t)state_pages << shape->block_shift;
   const uint64_t plane_row = split ? (uint64_t)t.head_dim : (uint64_t)C128_ROW_ELEMS(t.head_dim);
   const uint64_t table = lay->block_table ? (uint64_t)lay->table_rows * (uint64_t)lay->table_stride * 4 : 0;
-  const c128__extent written[3] = {{state, plane * plane_row * c128__dtype_bytes(t.buf)},
+  const c128__extent written[4] = {{state, plane * plane_row * c128__dtype_bytes(t.buf)},
                                    {split ? lay->score_plane : NULL, plane * plane_row * c128__dtype_bytes(t.buf)},
                                    {!need_output ? NULL
                                     : entry      ? e->cache
                                                  : output,
                                     entry ? (uint64_t)e->cache_pages * (uint64_t)e->page_bytes
-                                          : (uint64_t)output_rows * t.head_dim * c128__dtype_bytes(t.out)}};
+                                          : (uint64_t)output_rows * t.head_dim * c128__dtype_bytes(t.out)},
+                                   {workspace ? e->workspace : NULL, (uint64_t)workspace}};
   const c128__extent read[8] = {{input, (uint64_t)input_rows * C128_ROW_ELEMS(t.head_dim) * c128__dtype_bytes(t.in)},
                                 {need_ape ? ape : NULL, (uint64_t)C128_WINDOW * t.head_dim * sizeof(float)},
                                 {written[2].ptr, written[2].bytes},
@@ -2613,14 +2650,17 @@ static c128_status c128__check_tensors(c128__trait t, const c128__shape_of *shap
                                 {index, (uint64_t)index_rows * sizeof(int64_t)},
                                 {entry ? e->norm_weight : NULL, (uint64_t)t.head_dim * sizeof(float)},
                                 {entry ? e->rope_table : NULL, (uint64_t)e->rope_positions * C128_ROPE_DIMS * 4}};
-  for (int w = 0; w < 3; ++w) {
-    for (int r = 0; r < 8; ++r) /* the output (read[2]) against the state planes only, not itself */
-      if ((r != 2 || w < 2) && c128__overlap(written[w].ptr, written[w].bytes, read[r].ptr, read[r].bytes))
+  for (int w = 0; w < 4; ++w) {
+    for (int r = 0; r < 8; ++r) /* the output (read[2]) against the state planes and workspace, not itself */
+      if ((r != 2 || w != 2) && c128__overlap(written[w].ptr, written[w].bytes, read[r].ptr, read[r].bytes))
         return C128_ERROR_ALIASED;
     for (int k = 0; k < num_plans; ++k)
       if (c128__overlap(written[w].ptr, written[w].bytes, plans[k].ptr, plans[k].bytes)) return C128_ERROR_ALIASED;
   }
-  if (c128__overlap(written[0].ptr, written[0].bytes, written[1].ptr, written[1].bytes)) return C128_ERROR_ALIASED;
+  if (c128__overlap(written[0].ptr, written[0].bytes, written[1].ptr, written[1].bytes) ||
+      c128__overlap(written[0].ptr, written[0].bytes, written[3].ptr, written[3].bytes) ||
+      c128__overlap(written[1].ptr, written[1].bytes, written[3].ptr, written[3].bytes))
+    return C128_ERROR_ALIASED;
   return C128_SUCCESS;
 }
 
@@ -2647,7 +2687,7 @@ static c128_status c128__validate_decode(const c128_decode_args *a, c128__trait 
   /* The kernel reads input rows below batch only, and without an index writes output rows below it. */
   return c128__check_tensors(t, shape, a->state, a->state_pages, &a->state_layout, a->input, a->batch, a->ape,
                              a->output, compact ? a->batch : a->output_rows, a->output_index, a->batch, &a->entry,
-                             &plans, 1, 1);
+                             a->batch, &plans, 1, 1);
 }
 
 static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trait t, int tensors,
@@ -2676,7 +2716,7 @@ static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trai
   /* Compress plan k writes output row k without an index: rows below num_compress only. */
   return c128__check_tensors(t, shape, a->state, a->state_pages, &a->state_layout, a->input, a->input_rows, a->ape,
                              a->output, compact ? a->num_compress : a->output_rows, a->output_index, a->input_rows,
-                             &a->entry, plans, 2, a->num_write > 0);
+                             &a->entry, a->num_compress, plans, 2, a->num_write > 0);
 }
 
 static c128__params c128__base_params(void *state, int64_t state_pages, const void *input, int64_t input_rows,
@@ -2713,11 +2753,18 @@ static c128__params c128__base_params(void *state, int64_t state_pages, const vo
   return p;
 }
 
+/* A cache-entry launch's workspace, for its `jobs`. */
+static void c128__set_workspace(c128__more *m, const c128_entry_args *e, int64_t jobs) {
+  m->arrivals = (uint32_t *)e->workspace;
+  m->pooled = e->workspace ? (float *)((char *)e->workspace + c128__pooled_offset(jobs)) : NULL;
+}
+
 static c128__params c128__decode_params(const c128_decode_args *a, const c128__shape_of *shape, c128__more *m) {
   c128__params p = c128__base_params(a->state, a->state_pages, a->input, a->batch, a->ape, a->output, a->output_rows,
                                      a->layout, a->pdl, &a->state_layout, a->output_index, &a->entry, shape, m);
   p.plans = a->plans;
   p.num_plans = a->batch;
+  c128__set_workspace(m, &a->entry, a->batch);
   return p;
 }
 
@@ -2728,6 +2775,7 @@ static c128__params c128__prefill_params(const c128_prefill_args *a, int kind, c
                         a->pdl, &a->state_layout, a->output_index, &a->entry, shape, m);
   p.plans = kind == C128_PLAN_COMPRESS ? (const void *)a->compress_plans : (const void *)a->write_plans;
   p.num_plans = kind == C128_PLAN_COMPRESS ? a->num_compress : a->num_write;
+  c128__set_workspace(m, &a->entry, a->num_compress);
   return p;
 }
 
@@ -2735,91 +2783,32 @@ static int64_t c128__write_blocks(int64_t num_write) { /* a warp per write plan 
   return (num_write + C128_WRITE_WARPS - 1) / C128_WRITE_WARPS;
 }
 
-/* `cluster` > 1: blocks in clusters of that many (cache entries: a window's splits). */
 static c128_status c128__launch(const void *kernel, int64_t blocks, int threads, int32_t pdl, cudaStream_t stream,
-                                const void *params /* the kernel's by-value argument */, const c128__more *more,
-                                int cluster) {
+                                const void *params /* the kernel's by-value argument */, const c128__more *more) {
   cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attributes[2] = {};
-  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[0].val.programmaticStreamSerializationAllowed = pdl != 0;
-  attributes[1].id = cudaLaunchAttributeClusterDimension;
-  attributes[1].val.clusterDim.x = (unsigned)cluster,
-  attributes[1].val.clusterDim.y = attributes[1].val.clusterDim.z = 1;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = pdl != 0;
   config.gridDim = dim3((unsigned)blocks, 1, 1);
   config.blockDim = dim3((unsigned)threads, 1, 1);
   config.stream = stream;
-  config.attrs = attributes;
-  config.numAttrs = cluster > 1 ? 2 : 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
   void *args[2] = {(void *)params, (void *)more}; /* kernels of a layout or with entries take the second */
   return cudaLaunchKernelExC(&config, kernel, args) == cudaSuccess ? C128_SUCCESS : C128_ERROR_LAUNCH_FAILED;
 }
 
 /* A launch's kernel among an instance's variants (c128__trait): its index in the tables the
-   typed entry points pass, and the cluster it runs in. */
+   typed entry points pass. */
 static int c128__variant(const c128__shape_of *shape, const c128_entry_args *e, const int64_t *index) {
   const int entry = e->kind != C128_OUTPUT_POOLED;
   return (shape->layout || (!entry && index)) + 2 * entry; /* entry kernels read the index in any layout */
 }
 
-/* Cache-entry kernels need clusters: device code built for sm_90 or newer (from which the
-   device's binary came: ptxVersion covers a JIT-compiled one) on a device that has them. */
-static c128_status c128__entry_supported(const void *kernel) {
-  cudaFuncAttributes f;
-  if (cudaFuncGetAttributes(&f, kernel) != cudaSuccess) return C128_ERROR_LAUNCH_FAILED;
-  return f.ptxVersion >= 90 && f.binaryVersion >= 90 ? C128_SUCCESS : C128_ERROR_UNSUPPORTED_DEVICE;
-}
-
-/* The blocks of a cache-entry kernel's wave: its clusters that fit at once, a cluster a window's
-   splits. Fewer than two blocks an SM: a cluster's blocks share a GPC, and on an H200 30 clusters
-   of 8 fit where 33 would at two blocks an SM (a grid sized for 264 blocks ran its last two
-   clusters as a second wave, which took prefill's entries from the pooled launch's 36 to 62 us). */
-static c128_status c128__cluster_wave(const void *kernel, int splits, int64_t *wave) {
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute cluster = {};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = (unsigned)splits, cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-  config.gridDim = dim3((unsigned)splits, 1, 1);
-  config.blockDim = dim3(C128_BLOCK_THREADS, 1, 1);
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) return C128_ERROR_LAUNCH_FAILED;
-  *wave = (int64_t)(clusters > 0 ? clusters : 1) * splits;
-  return C128_SUCCESS;
-}
-
-/* What a cache-entry launch asks of the device about its kernel (whether it runs there, its
-   wave), asked once a thread, kernel and device: the two queries cost more than a launch. */
-typedef struct c128__entry_info {
-  const void *kernel;
-  int device;
-  c128_status status;
-  int64_t wave;
-} c128__entry_info;
-#define C128__ENTRY_INFO_CACHE 8
-static c128_status c128__entry_info_of(const void *kernel, int splits, int64_t *wave) {
-  static thread_local c128__entry_info cache[C128__ENTRY_INFO_CACHE];
-  static thread_local int next;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return C128_ERROR_LAUNCH_FAILED;
-  for (int i = 0; i < C128__ENTRY_INFO_CACHE; ++i)
-    if (cache[i].kernel == kernel && cache[i].device == device) return *wave = cache[i].wave, cache[i].status;
-  c128__entry_info e = {kernel, device, c128__entry_supported(kernel), 1};
-  if (e.status == C128_SUCCESS) e.status = c128__cluster_wave(kernel, splits, &e.wave);
-  if (e.status != C128_ERROR_LAUNCH_FAILED) cache[next++ % C128__ENTRY_INFO_CACHE] = e; /* not a failed query */
-  *wave = e.wave;
-  return e.status;
-}
-
 static c128_status c128__launch_blocks(const void *kernel, int64_t blocks, const c128__params *p, c128__trait t,
                                        int kind, int32_t pdl, cudaStream_t stream, const c128_host_options *o) {
   if (!kernel) return c128__run_host(*p, t, kind, blocks, o);
-  int64_t wave;
-  const c128_status st = t.entry ? c128__entry_info_of(kernel, C128_NUM_SPLIT(t.head_dim), &wave) : C128_SUCCESS;
-  return st != C128_SUCCESS ? st
-                            : c128__launch(kernel, blocks, C128_BLOCK_THREADS, pdl, stream, p, p->more,
-                                           t.entry ? C128_NUM_SPLIT(t.head_dim) : 1);
+  return c128__launch(kernel, blocks, C128_BLOCK_THREADS, pdl, stream, p, p->more);
 }
 
 /* A block compresses its windows one after another, so with every window present a group of g
@@ -2854,26 +2843,18 @@ static int64_t c128__grouped_blocks(int64_t jobs, c128__trait t, int32_t group) 
   return (jobs + group - 1) / group * C128_NUM_SPLIT(t.head_dim);
 }
 
-/* A launch's group: the caller's, or the automatic one, which needs the device's SM count (or, for
-   a cache-entry kernel, its cluster occupancy); the host runner takes an H200's 132 SMs: results
-   do not depend on the grouping. */
+/* A launch's group: the caller's, or the automatic one, which needs the device's SM count; the
+   host runner takes an H200's 132 SMs: results do not depend on the grouping. */
 #define C128__HOST_SM_COUNT 132
 static c128_status c128__pick_group(int32_t requested, int64_t jobs, c128__trait t, int32_t max_group,
                                     const void *kernel, int32_t *group) {
   int device = 0, sm_count = C128__HOST_SM_COUNT;
   *group = requested;
   if (requested > 0) return C128_SUCCESS;
-  int64_t wave = (int64_t)C128_BLOCKS_PER_SM * sm_count;
-  if (kernel && t.entry) {
-    const c128_status st = c128__entry_info_of(kernel, C128_NUM_SPLIT(t.head_dim), &wave);
-    if (st != C128_SUCCESS) return st;
-  } else if (kernel) {
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-      return C128_ERROR_LAUNCH_FAILED;
-    wave = (int64_t)C128_BLOCKS_PER_SM * sm_count;
-  }
-  *group = c128__group_for_wave(jobs, t.head_dim, wave, max_group);
+  if (kernel && (cudaGetDevice(&device) != cudaSuccess ||
+                 cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess))
+    return C128_ERROR_LAUNCH_FAILED;
+  *group = c128__group_size(jobs, t.head_dim, sm_count, max_group);
   return C128_SUCCESS;
 }
 
@@ -2928,7 +2909,7 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
     const c128__params p = c128__prefill_params(a, C128_PLAN_WRITE, &shape, &more);
     const int64_t blocks = c128__write_blocks(a->num_write);
     st = write_kernels
-             ? c128__launch(write_kernels[shape.layout], blocks, C128_WRITE_BLOCK_THREADS, a->pdl, stream, &p, &more, 1)
+             ? c128__launch(write_kernels[shape.layout], blocks, C128_WRITE_BLOCK_THREADS, a->pdl, stream, &p, &more)
              : c128__run_host(p, c128__variant_trait(t, shape.layout), C128_PLAN_WRITE, blocks, o);
   }
   return st;
@@ -4119,7 +4100,7 @@ static c128_status c128__plan_refuse(const c128_device_plan_args *a, c128_status
                  ? a->counts
                  : NULL;
   /* Without PDL: the kernel does not wait, and a predecessor may still read status or counts. */
-  if (on_device) (void)c128__launch((const void *)c128__plan_refused_kernel, 1, 1, 0, stream, &r, NULL, 1);
+  if (on_device) (void)c128__launch((const void *)c128__plan_refused_kernel, 1, 1, 0, stream, &r, NULL);
   else c128__write_refusal(&r);
   return st;
 }
@@ -4143,10 +4124,10 @@ static c128_status c128__plan_device(const c128_device_plan_args *a, int decode,
     return C128_SUCCESS;
   }
   c128_status launched =
-      c128__launch((const void *)c128__plan_count_kernel, 1, C128__PLAN_THREADS, a->pdl, stream, &p, NULL, 1);
+      c128__launch((const void *)c128__plan_count_kernel, 1, C128__PLAN_THREADS, a->pdl, stream, &p, NULL);
   if (launched == C128_SUCCESS && slots > 0)
     launched = c128__launch((const void *)c128__plan_emit_kernel, (slots + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS,
-                            C128__PLAN_THREADS, a->pdl, stream, &p, NULL, 1);
+                            C128__PLAN_THREADS, a->pdl, stream, &p, NULL);
   return launched;
 }
 

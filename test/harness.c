@@ -235,21 +235,25 @@ static c128_status mirror_down(mirror *m, c128_status st, void *state, void *out
   return st;
 }
 
-/* Cache entries (DESIGN 11): gamma, the RoPE table and the cache on the device (the cache's
-   bytes as the host has them), and the cache back to the host after the call. */
+/* Cache entries (DESIGN 11): gamma, the RoPE table, the cache and the workspace on the device
+   (the cache's and workspace's bytes as the host has them), and both back to the host after the
+   call (a test then sees the workspace the launch left). */
 static c128_entry_args entry_up(const c128_instance_info *f, const c128_entry_args *h) {
   c128_entry_args d = *h;
   if (h->kind == C128_OUTPUT_POOLED) return d;
   d.norm_weight = to_device(h->norm_weight, (size_t)f->head_dim * sizeof(float));
   d.rope_table = to_device(h->rope_table, (size_t)(h->rope_positions > 0 ? h->rope_positions : 0) * 64 * sizeof(float));
   d.cache = to_device(h->cache, (size_t)(h->cache_pages > 0 ? h->cache_pages * h->page_bytes : 0));
+  d.workspace = to_device(h->workspace, (size_t)(h->workspace_bytes > 0 ? h->workspace_bytes : 0));
   return d;
 }
 static void entry_down(const c128_entry_args *d, const c128_entry_args *h) {
   if (h->kind == C128_OUTPUT_POOLED) return;
   if (h->cache && h->cache_pages > 0)
     CUDA_OK(cudaMemcpy(h->cache, d->cache, (size_t)(h->cache_pages * h->page_bytes), cudaMemcpyDeviceToHost));
-  cudaFree((void *)d->norm_weight), cudaFree((void *)d->rope_table), cudaFree(d->cache);
+  if (h->workspace && h->workspace_bytes > 0)
+    CUDA_OK(cudaMemcpy(h->workspace, d->workspace, (size_t)h->workspace_bytes, cudaMemcpyDeviceToHost));
+  cudaFree((void *)d->norm_weight), cudaFree((void *)d->rope_table), cudaFree(d->cache), cudaFree(d->workspace);
 }
 
 c128_status run_decode(const instance_entry *e, backend be, const c128_decode_args *h, int reverse) {

@@ -146,7 +146,7 @@ Test(cpu, checker_refuses_huge_head_dim_and_stray_enums) {
     memcpy(&a.output_dtype, &stray[i], sizeof stray[i]);
     cr_assert_eq(c128_decode_host(&a, NULL), C128_ERROR_UNSUPPORTED_INSTANCE, "dtype %d", stray[i]);
   }
-  const int32_t stray_status[] = {-1, C128_ERROR_INVALID_PDL + 1, 999, 0x7FFFFFFF, (int32_t)0x80000000};
+  const int32_t stray_status[] = {-1, C128_ERROR_WORKSPACE_TOO_SMALL + 1, 999, 0x7FFFFFFF, (int32_t)0x80000000};
   for (size_t i = 0; i < sizeof stray_status / sizeof stray_status[0]; ++i) {
     c128_status s;
     memcpy(&s, &stray_status[i], sizeof s);

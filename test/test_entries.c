@@ -356,9 +356,29 @@ static cache cache_make(int D, int kind, int64_t per_page, int64_t pages, rng *r
 static void cache_free(cache *c) { free(c->data), free(c->poison); }
 static int64_t cache_entries(const cache *c) { return c->pages * c->per_page; }
 
-static c128_entry_args entry_of(const cache *c, const float *gamma, float eps, const float *rope, int64_t positions) {
+/* A launch's workspace for `jobs` (zero, as the first launch needs it), freed with free(). */
+static void *workspace_make(int64_t jobs, int D, int64_t *bytes) {
+  *bytes = c128_entry_workspace_bytes(jobs, D);
+  cr_assert_gt(*bytes, 0);
+  void *w = aligned_alloc(64, (size_t)(*bytes + 63) / 64 * 64);
+  cr_assert_not_null(w);
+  memset(w, 0, (size_t)*bytes);
+  return w;
+}
+
+/* Every launch leaves its workspace's counters as it found them: zero. */
+static void check_workspace_zero(const c128_entry_args *e, int64_t jobs, const char *what) {
+  const uint32_t *count = (const uint32_t *)e->workspace;
+  for (int64_t k = 0; k < jobs; ++k)
+    cr_assert_eq(count[k], 0u, "%s: the workspace counter of job %lld is %u after the launch", what, (long long)k,
+                 count[k]);
+}
+
+static c128_entry_args entry_of(const cache *c, const float *gamma, float eps, const float *rope, int64_t positions,
+                                int64_t jobs) {
   c128_entry_args e;
   memset(&e, 0, sizeof e);
+  e.workspace = workspace_make(jobs, c->head_dim, &e.workspace_bytes);
   e.kind = (c128_output_kind)c->kind;
   e.norm_weight = gamma, e.norm_eps = eps;
   e.rope_table = rope, e.rope_positions = positions;
@@ -538,9 +558,10 @@ static void decode_entry_case(const instance_entry *e, backend be, entry_case k)
   void *state0 = clone_bytes(state, state_rows * state_row);
 
   c128_decode_args a = decode_args_of(f, state, input, ape, index, k.group, k.pdl);
-  a.entry = entry_of(&c, gamma, eps, rope, DECODE_ROPE);
+  a.entry = entry_of(&c, gamma, eps, rope, DECODE_ROPE, DB);
   c128_status st = run_decode(e, be, &a, k.reverse);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
+  check_workspace_zero(&a.entry, DB, "decode");
 
   /* The state: exactly the rows of the plans that ran. */
   void *want = clone_bytes(state0, state_rows * state_row);
@@ -612,7 +633,7 @@ static void decode_entry_case(const instance_entry *e, backend be, entry_case k)
     free(host.data), free(a.state);
   }
   free(pa.state), free(pooled), free(want), free(state0), free(index);
-  cache_free(&c);
+  cache_free(&c), free(a.entry.workspace);
   free(state), free(input), free(ape), free(gamma), free(rope);
 }
 
@@ -735,9 +756,10 @@ static void prefill_entry_case(const instance_entry *e, backend be, entry_case k
   void *state0 = clone_bytes(state, state_rows * state_row);
 
   c128_prefill_args a = prefill_args_of(f, p, state, input, ape, index, k.group, k.pdl);
-  a.entry = entry_of(&c, gamma, eps, rope, PREFILL_ROPE);
+  a.entry = entry_of(&c, gamma, eps, rope, PREFILL_ROPE, NC);
   const c128_status st = run_prefill(e, be, &a, k.reverse);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
+  check_workspace_zero(&a.entry, NC, "prefill");
 
   void *want = clone_bytes(state0, state_rows * state_row);
   for (int i = 0; i < TAIL + 3; ++i)
@@ -806,7 +828,7 @@ static void prefill_entry_case(const instance_entry *e, backend be, entry_case k
     free(host.data), free(a.state);
   }
   free(pa.state), free(pooled), free(want), free(state0), free(index), free(p);
-  cache_free(&c);
+  cache_free(&c), free(a.entry.workspace);
   free(state), free(input), free(ape), free(gamma), free(rope);
 }
 
@@ -964,9 +986,10 @@ static void edge_case(const instance_entry *e, backend be, int kind, design d) {
   a.state_dtype = f->state_dtype, a.input_dtype = f->input_dtype, a.output_dtype = f->output_dtype;
   a.state = state, a.state_pages = 1, a.input = input, a.input_rows = REF_WINDOW, a.ape = ape;
   a.compress_plans = &plan, a.num_compress = 1;
-  a.entry = entry_of(&c, gamma, eps, rope, ROPE_ROWS);
+  a.entry = entry_of(&c, gamma, eps, rope, ROPE_ROWS, 1);
   const c128_status st = run_prefill(e, be, &a, d % 2 && be == BACKEND_CPU);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
+  check_workspace_zero(&a.entry, 1, "edge case");
 
   char what[128];
   snprintf(what, sizeof what, "%s, %s, %s", f->name, kind == FP8 ? "FP8" : "BF16", design_names[d]);
@@ -1020,7 +1043,7 @@ static void edge_case(const instance_entry *e, backend be, int kind, design d) {
       if (want_code[ch] >= 0) cr_assert(isinf(ref_bf16_value(read16(got + 2 * ch))), "%s: channel %d", what, ch);
   if (kind == FP8) cr_assert_eq(scales[blocks], 0, "%s: pad byte", what);
   free(o), free(state), free(input), free(ape), free(rope);
-  cache_free(&c);
+  cache_free(&c), free(a.entry.workspace);
 }
 
 /* Each design on an f32 and a bf16 instance of every head_dim, both kinds. */
@@ -1066,7 +1089,7 @@ typedef struct fixture {
   unsigned char *arena, *snapshot;
   size_t bytes;
   float *state, *input, *ape, *gamma, *rope, *out;
-  unsigned char *cache;
+  unsigned char *cache, *workspace;
   int64_t *index;
   c128_decode_plan *plans;
   c128_compress_plan *cplans;
@@ -1091,6 +1114,7 @@ static fixture *fx_make(void) {
   const size_t o_cache = carve(&at, FCACHE_PAGES * page_bytes), o_index = carve(&at, 2 * 8),
                o_out = carve(&at, 2 * FD * 4);
   const size_t o_plans = carve(&at, 2 * 16), o_cplans = carve(&at, 2 * 16), o_wplans = carve(&at, 2 * 8);
+  const size_t o_ws = carve(&at, (size_t)c128_entry_workspace_bytes(2, FD));
   f->bytes = at;
   f->arena = aligned_alloc(256, at);
   f->snapshot = malloc(at);
@@ -1102,7 +1126,7 @@ static fixture *fx_make(void) {
   f->rope = (float *)(f->arena + o_rope);
   f->cache = f->arena + o_cache, f->index = (int64_t *)(f->arena + o_index), f->out = (float *)(f->arena + o_out);
   f->plans = (c128_decode_plan *)(f->arena + o_plans), f->cplans = (c128_compress_plan *)(f->arena + o_cplans);
-  f->wplans = (c128_write_plan *)(f->arena + o_wplans);
+  f->wplans = (c128_write_plan *)(f->arena + o_wplans), f->workspace = f->arena + o_ws;
   for (size_t i = 0; i < FPAGES * 128 * 2 * FD; ++i) f->state[i] = rng_randn(&r);
   for (size_t i = 0; i < 2 * 2 * FD; ++i) f->input[i] = rng_randn(&r);
   for (size_t i = 0; i < 128 * FD; ++i) f->ape[i] = rng_randn(&r);
@@ -1120,6 +1144,7 @@ static fixture *fx_make(void) {
   e.kind = C128_OUTPUT_DSV4_FP8;
   e.norm_weight = f->gamma, e.norm_eps = 1e-6f, e.rope_table = f->rope, e.rope_positions = FROPE;
   e.cache = f->cache, e.cache_pages = FCACHE_PAGES, e.entries_per_page = FPER_PAGE, e.page_bytes = (int64_t)page_bytes;
+  e.workspace = f->workspace, e.workspace_bytes = c128_entry_workspace_bytes(2, FD);
   c128_decode_args d = {0};
   d.head_dim = FD;
   d.state = f->state, d.state_pages = FPAGES, d.input = f->input, d.ape = f->ape;
@@ -1231,6 +1256,15 @@ PERTURB(cache_on_wplans, e->cache = f->wplans)
 PERTURB(cache_on_gamma, e->cache = f->gamma)
 PERTURB(cache_on_rope, e->cache = f->rope + 100)
 PERTURB(cache_on_index, e->cache = f->index)
+PERTURB(workspace_null, e->workspace = NULL)
+PERTURB(workspace_misaligned, e->workspace = f->workspace + 8)
+PERTURB(workspace_short, e->workspace_bytes -= 4)
+PERTURB(workspace_negative, e->workspace_bytes = -1)
+PERTURB(workspace_on_state, e->workspace = (char *)f->state + 4096)
+PERTURB(workspace_on_cache, e->workspace = f->cache + 64)
+PERTURB(workspace_on_input, e->workspace = f->input)
+PERTURB(workspace_on_gamma, e->workspace = f->gamma)
+PERTURB(workspace_on_index, e->workspace = f->index)
 #undef PERTURB
 
 Test(cpu, entry_arguments_refused) {
@@ -1259,6 +1293,16 @@ Test(cpu, entry_arguments_refused) {
   refused(cache_on_gamma, C128_ERROR_ALIASED, S, "cache over norm_weight");
   refused(cache_on_rope, C128_ERROR_ALIASED, S, "cache over the RoPE table");
   refused(cache_on_index, C128_ERROR_ALIASED, S, "cache over output_index");
+  const c128_status W = C128_ERROR_WORKSPACE_TOO_SMALL;
+  refused(workspace_null, C128_ERROR_NULL_POINTER, S, "workspace NULL");
+  refused(workspace_misaligned, C128_ERROR_MISALIGNED, S, "workspace 8 bytes off");
+  refused(workspace_short, W, S, "workspace 4 bytes short");
+  refused(workspace_negative, W, S, "workspace_bytes -1");
+  refused(workspace_on_state, C128_ERROR_ALIASED, S, "workspace over the state");
+  refused(workspace_on_cache, C128_ERROR_ALIASED, S, "workspace over the cache");
+  refused(workspace_on_input, C128_ERROR_ALIASED, S, "workspace over the input");
+  refused(workspace_on_gamma, C128_ERROR_ALIASED, S, "workspace over norm_weight");
+  refused(workspace_on_index, C128_ERROR_ALIASED, S, "workspace over output_index");
   /* the plan arrays each launch reads */
   fixture *f = fx_make();
   cache_on_plans(f, &f->d.entry);
@@ -1286,7 +1330,8 @@ Test(cpu, entry_arguments_accepted) {
   f = fx_make();
   c128_entry_args *es[2] = {&f->d.entry, &f->p.entry};
   for (int i = 0; i < 2; ++i)
-    es[i]->cache_pages = 0, es[i]->cache = NULL, es[i]->norm_weight = NULL, es[i]->rope_table = NULL;
+    es[i]->cache_pages = 0, es[i]->cache = NULL, es[i]->norm_weight = NULL, es[i]->rope_table = NULL,
+    es[i]->workspace = NULL, es[i]->workspace_bytes = 0;
   c128_status st = c128_decode_host(&f->d, NULL);
   cr_assert_eq(st, C128_SUCCESS, "no cache, decode: %s", c128_status_string(st));
   st = c128_prefill_host(&f->p, NULL);
