@@ -88,8 +88,8 @@
      args.entry.kind C128_OUTPUT_POOLED (0): the pooled vector, output_dtype rows. DSV4_FP8 /
      DSV4_BF16: the decode and compress launches normalise it, rotate the last 64 channels and
      store DeepSeek-V4's cache entry (FlashMLA's sparse FP8 layout, or bf16) at entry
-     output_index[r] of a paged cache; head_dim <= 512, and a workspace the launch leaves as it
-     found it (c128_entry_workspace_bytes: zero it once, use it on one stream at a time).
+     output_index[r] of a paged cache; head_dim <= 512, and a workspace whose counters the launch
+     leaves at zero (c128_entry_workspace_bytes: zero it once, use it on one stream at a time).
 
    KERNELS (DESIGN 6)
      Decode: ceil(batch / G) x head_dim/64 blocks of 512 threads; a block takes G <= 32 requests
@@ -487,8 +487,9 @@ typedef enum c128_output_kind {
    byte 2 * head_dim * t. head_dim <= 512.
    A window's head_dim / 64 blocks each leave their 64 pooled channels in the workspace; the last
    of them to arrive (a counter a window) writes the whole entry and sets the counter back to
-   zero. So the workspace must be zero before its first launch (cudaMemset once), every launch
-   leaves it so, and two launches that run at the same time need a workspace each. */
+   zero. So the workspace must be zero before its first launch (cudaMemset once); every launch
+   leaves its counters so (the rows after them are scratch), and two launches that run at the
+   same time need a workspace each. */
 typedef struct c128_entry_args {
   c128_output_kind kind;    /* C128_OUTPUT_POOLED (0): the fields below are not read */
   const float *norm_weight; /* gamma [head_dim], f32 */
