@@ -776,6 +776,9 @@ typedef struct bench_alt {
   double bytes;               /* bytes model of one unit */
   void *state, *score, *output, *plans_c, *plans_w, *tables, *index, *cache;
   size_t state_bytes, score_bytes, output_bytes, cache_bytes;
+  void *workspace;        /* the fused path's entry workspace (DESIGN 11.3), zero between launches */
+  int64_t workspace_jobs; /* the most requests or compress plans of a launch: the counters */
+  size_t workspace_bytes;
   int64_t blocks, cells; /* physical blocks of the state; table entries the units use, all sets */
   c128_decode_args *dargs;
   c128_prefill_args *pargs;
@@ -832,6 +835,7 @@ static void bench_alt_free(bench_alt *v) {
   if (v->owns) {
     bench_release(v->state), bench_release(v->score), bench_release(v->output), bench_release(v->plans_c);
     bench_release(v->plans_w), bench_release(v->tables), bench_release(v->index), bench_release(v->cache);
+    bench_release(v->workspace);
     free(v->dargs), free(v->pargs), free(v->eargs), free(v->host_tables[0]), free(v->host_tables[1]);
     free(v->host_plans_c), free(v->host_plans_w);
   }
@@ -1102,8 +1106,10 @@ static void bench_entry_inputs(void) {
    (decode) or compress plan (prefill), entries_per_page 2, FlashMLA's page stride for FP8
    (ceil(584 P / 576) * 576 bytes), 2 D P bytes for BF16; fused in the launch, or (epilogue) the
    pooled launch into rows of its own, then bench's epilogue. Both paths of a kind put each
-   window's entry at the same place. Bytes model: the pooled path's, less the pooled rows, plus
-   the entries. */
+   window's entry at the same place. The fused path's launches share one workspace (they run one
+   after another on one stream): c128_entry_workspace_bytes of the most jobs a launch has, zeroed
+   once here; every launch leaves its counters at zero. Bytes model: the pooled path's, less the
+   pooled rows, plus the entries. */
 static void bench_build_entry(const bench_case *c, c128_output_kind kind, int epilogue, bench_alt *v, int alloc) {
   static const char *const names[2][2] = {{"fused_fp8", "split_fp8"}, {"fused_bf16", "split_bf16"}};
   memset(v, 0, sizeof *v);
@@ -1135,6 +1141,18 @@ static void bench_build_entry(const bench_case *c, c128_output_kind kind, int ep
   e.rope_table = bench_rope, e.rope_positions = BENCH_ROPE_POSITIONS;
   e.cache_pages = cache_pages, e.entries_per_page = (int32_t)P, e.page_bytes = page_bytes;
   v->cache_bytes = (size_t)(cache_pages * page_bytes);
+  if (!epilogue) {
+    for (int64_t u = 0; u < (c->decode ? c->nsets : units); ++u) {
+      const int64_t jobs = c->decode ? c->dargs[u].batch : c->pargs[u].num_compress;
+      if (jobs > v->workspace_jobs) v->workspace_jobs = jobs;
+    }
+    const int64_t ws = bench_entry_workspace_bytes(v->workspace_jobs, BENCH_HEAD_DIM);
+    if (ws < 0) {
+      fprintf(stderr, "c128_entry_workspace_bytes(%lld, %d) refused\n", (long long)v->workspace_jobs, BENCH_HEAD_DIM);
+      exit(1);
+    }
+    v->workspace_bytes = (size_t)ws, e.workspace_bytes = ws;
+  }
   if (alloc) {
     bench_entry_inputs();
     e.norm_weight = bench_gamma, e.rope_table = bench_rope;
@@ -1143,6 +1161,11 @@ static void bench_build_entry(const bench_case *c, c128_output_kind kind, int ep
     v->cache = bench_alloc(v->cache_bytes);
     bench_memset(v->cache, BENCH_ENTRY_POISON, v->cache_bytes);
     e.cache = v->cache;
+    if (!epilogue) {
+      v->workspace = bench_alloc(v->workspace_bytes);
+      bench_memset(v->workspace, 0, v->workspace_bytes);
+      e.workspace = v->workspace;
+    }
     if (epilogue) {
       v->output = bench_alloc(c->output_bytes), v->output_bytes = c->output_bytes;
       bench_poison(v->output, v->output_bytes);
@@ -1259,7 +1282,8 @@ static void bench_say(char *msg, size_t size, size_t *used, const char *fmt, ...
    the split path with today's (for a biased layout with bf16 state only when `biased_exact`: its
    stored scores are rounded once with ape added, today's without, so otherwise its largest
    difference is reported, not judged); the entries of the split path, byte for byte over the
-   whole cache, with the fused path's of the same kind, and their count. deep (host memory only):
+   whole cache, with the fused path's of the same kind, and their count; the fused path's
+   workspace counters back at zero. deep (host memory only):
    also each variant's state after the run, which must be its state before with exactly set 0's
    new tokens written where its plans put them (bench_expect_state), and the entry paths' states
    equal to today's. Alts[0] is today's. Returns the failures; msg says what was found (no commas:
@@ -1324,6 +1348,15 @@ static int bench_check_group(const bench_case *c, const void *snapshot, bench_al
                 !v->epilogue ? ""
                 : same       ? " = fused bytes"
                              : " FAILED: differ from fused");
+    }
+    if (v->workspace && v->workspace_jobs > 0) { /* every launch leaves the counters at zero */
+      uint32_t *count = (uint32_t *)bench_host((size_t)v->workspace_jobs * sizeof *count);
+      bench_download(count, v->workspace, (size_t)v->workspace_jobs * sizeof *count);
+      int64_t left = 0;
+      for (int64_t k = 0; k < v->workspace_jobs; ++k) left += count[k] != 0;
+      failures += left != 0;
+      if (left) BENCH_MSG("; %s FAILED: %lld workspace counters not zero", v->name, (long long)left);
+      free(count);
     }
     if (deep) {
       int ok;

@@ -84,5 +84,8 @@ typedef struct bench_epilogue_args {
 } bench_epilogue_args;
 BENCH_EXTERN cudaError_t bench_entry_epilogue(const bench_epilogue_args *args, cudaStream_t stream);
 BENCH_EXTERN void bench_entry_epilogue_host(const bench_epilogue_args *args);
+/* c128_entry_workspace_bytes of the two-warp copy: the fused launch's workspace (DESIGN 11.3)
+   for `jobs` requests (decode) or compress plans (prefill). */
+BENCH_EXTERN int64_t bench_entry_workspace_bytes(int64_t jobs, int32_t head_dim);
 
 #endif /* BENCH_H */

@@ -109,6 +109,10 @@ static __global__ void __launch_bounds__(BENCH_EPILOGUE_THREADS) bench_epilogue_
   bench_entry_part(&a.entry, y, loc, position, tid / C128_WARP_THREADS, tid % C128_WARP_THREADS);
 }
 
+extern "C" int64_t bench_entry_workspace_bytes(int64_t jobs, int32_t head_dim) {
+  return c128_entry_workspace_bytes(jobs, head_dim);
+}
+
 extern "C" cudaError_t bench_entry_epilogue(const bench_epilogue_args *args, cudaStream_t stream) {
   if (args->num_plans <= 0) return cudaSuccess;
   bench_epilogue_kernel<<<(unsigned)args->num_plans, BENCH_EPILOGUE_THREADS, 0, stream>>>(*args);

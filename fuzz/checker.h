@@ -310,6 +310,23 @@ static void fz_mode_checker(fz_reader *r) {
     const size_t ws = c128_plan_workspace_size(jobs);
     FZ_CHECK(5, (jobs < 0 || jobs > INT32_MAX / 2) ? ws == 0 : ws >= (size_t)jobs * sizeof(c128_request),
              "c128_plan_workspace_size(%lld) = %zu", (long long)jobs, ws);
+    /* c128_entry_workspace_bytes (DESIGN 11.3): a uint32 counter a job, then, 16-byte aligned, D
+       floats a job, for a head_dim in range (64 .. C128_MAX_HEAD_DIM, a multiple of 64); -1 for a
+       negative count or another head_dim, and where the size passes INT64_MAX. The exact size while
+       jobs * (4 D + 4) + 16 fits int64; past that, -1 or the exact size. */
+    const int dim_ok = D >= 64 && D <= C128_MAX_HEAD_DIM && D % 64 == 0;
+    for (int i = 0; i < 3; ++i) {
+      const int64_t j = i == 0   ? jobs
+                        : i == 1 ? (int64_t)((uint64_t)jobs % 70001u)
+                                 : -1 - (int64_t)((uint64_t)jobs % 3u);
+      const int64_t got = c128_entry_workspace_bytes(j, D);
+      const __int128 exact = ((__int128)4 * j + 15) / 16 * 16 + (__int128)j * D * 4;
+      const __int128 bound = (__int128)j * (4 * (__int128)D + 4) + 16;
+      const int ok = j < 0 || !dim_ok     ? got == -1
+                     : bound <= INT64_MAX ? got == (int64_t)exact
+                                          : got == -1 || (exact <= INT64_MAX && got == (int64_t)exact);
+      FZ_CHECK(5, ok, "c128_entry_workspace_bytes(%lld, %d) = %lld", (long long)j, D, (long long)got);
+    }
   }
   free(p1), free(p2), free(m1), free(msg);
   fz_free_ext(&x);

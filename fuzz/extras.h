@@ -52,8 +52,8 @@ static c128_status m_check_state_layout(const c128_state_layout *l, c128_shared_
   if (fz_misaligned(l->block_table, 4) || fz_misaligned(l->score_block_table, 4)) return C128_ERROR_MISALIGNED;
   return C128_SUCCESS;
 }
-/* DESIGN 11 and c128_entry_args: a known kind, a window's splits in one cluster (head_dim <= 512),
-   sizes not negative, P a power of two (<= 2^30), pages that hold P entries at a multiple of 4
+/* DESIGN 11 and c128_entry_args: a known kind, an entry warp for each of a window's splits
+   (head_dim <= 512), sizes not negative, P a power of two (<= 2^30), pages that hold P entries at a multiple of 4
    bytes, byte sizes within int64, eps finite and >= 0. */
 static c128_status m_check_entry(const c128_entry_args *e, int32_t D) {
   if (!e || e->kind == C128_OUTPUT_POOLED) return C128_SUCCESS;
@@ -70,6 +70,10 @@ static c128_status m_check_entry(const c128_entry_args *e, int32_t D) {
   return C128_SUCCESS;
 }
 static int m_entry_on(const m_args *a) { return a->en && a->en->kind != C128_OUTPUT_POOLED; }
+/* DESIGN 11.3: a cache-entry launch's workspace for `jobs` (decode requests or compress plans): a
+   uint32 counter a job, then, 16-byte aligned, head_dim floats a job. Valid sizes only (the
+   fuzzer's jobs and head_dims are small). */
+static int64_t m_workspace_bytes(int64_t jobs, int32_t D) { return (4 * jobs + 15) / 16 * 16 + jobs * D * 4; }
 static int m_compact(const m_args *a) { return !m_entry_on(a) && !a->index; }
 
 static c128_status m_validate(const m_args *a) {
@@ -110,10 +114,13 @@ typedef struct m_tensors_of {
 } m_tensors_of;
 
 /* The launch's tensor checks for valid arguments with work: NULL, then misaligned, then aliased
-   (DESIGN 3.2: the tensors it writes, state, score plane and output or cache, overlap nothing else
-   of the call; read-only ones may overlap each other). Which tensors a call needs: the output
-   (or cache, gamma and RoPE table) when a window can be written, ape when a window can be written
-   or a biased state stores a score (DESIGN 5.9: "state writes add it before they round"). */
+   (DESIGN 3.2: the tensors it writes, state, score plane, output or cache and the entries'
+   workspace, overlap nothing else of the call; read-only ones may overlap each other), with the
+   workspace's size between misaligned and aliased. Which tensors a call needs: the output (or
+   cache, gamma, RoPE table and workspace) when a window can be written, ape when a window can be
+   written or a biased state stores a score (DESIGN 5.9: "state writes add it before they round").
+   The workspace must hold m_workspace_bytes(jobs) (none for no jobs), and those bytes are what
+   must overlap nothing. */
 static c128_status m_tensors(const m_args *a, const fz_instance *I, const m_tensors_of *t) {
   const int entry = m_entry_on(a), D = I->head_dim;
   const c128_state_layout *sl = a->sl;
@@ -128,21 +135,28 @@ static c128_status m_tensors(const m_args *a, const fz_instance *I, const m_tens
   const void *plane = sl ? sl->score_plane : NULL;
   const c128_entry_args *e = a->en;
   if (!t->state || !t->input || (need_ape && !t->ape) ||
-      (need_output && (entry ? !e->cache || !e->norm_weight || !e->rope_table : !t->output)))
+      (need_output && (entry ? !e->cache || !e->norm_weight || !e->rope_table || !e->workspace : !t->output)))
     return C128_ERROR_NULL_POINTER;
   const size_t eb = fz_es(I->buf), ei = fz_es(I->in), eo = fz_es(I->out);
   if (fz_misaligned(t->state, 2 * eb) || fz_misaligned(plane, 2 * eb) || fz_misaligned(t->input, 2 * ei) ||
       (need_ape && fz_misaligned(t->ape, 8)) || (need_output && !entry && fz_misaligned(t->output, eo)) ||
       (need_output && entry &&
-       (fz_misaligned(e->cache, 4) || fz_misaligned(e->norm_weight, 4) || fz_misaligned(e->rope_table, 8))))
+       (fz_misaligned(e->cache, 4) || fz_misaligned(e->norm_weight, 4) || fz_misaligned(e->rope_table, 8) ||
+        fz_misaligned(e->workspace, 16))))
     return C128_ERROR_MISALIGNED;
+  const int64_t ws = need_output && entry ? m_workspace_bytes(a->count1, D) : 0; /* count1: the jobs */
+  if (ws > 0 && e->workspace_bytes < ws) return C128_ERROR_WORKSPACE_TOO_SMALL;
   const int split = layout && plane;
   const uint64_t plane_bytes = (uint64_t)a->pages * (uint64_t)rows * (uint64_t)(split ? D : 2 * D) * eb;
   const uint64_t table = layout && sl->block_table ? (uint64_t)sl->table_rows * (uint64_t)sl->table_stride * 4 : 0;
-  const void *wp[3] = {t->state, split ? plane : NULL, !need_output ? NULL : entry ? e->cache : t->output};
-  const uint64_t wn[3] = {plane_bytes, plane_bytes,
-                          entry ? (uint64_t)e->cache_pages * (uint64_t)e->page_bytes
-                                : (uint64_t)out_rows * (uint64_t)D * eo};
+  const void *wp[4] = {t->state, split ? plane : NULL,
+                       !need_output ? NULL
+                       : entry      ? e->cache
+                                    : t->output,
+                       ws > 0 ? e->workspace : NULL};
+  const uint64_t wn[4] = {
+      plane_bytes, plane_bytes,
+      entry ? (uint64_t)e->cache_pages * (uint64_t)e->page_bytes : (uint64_t)out_rows * (uint64_t)D * eo, (uint64_t)ws};
   const void *rp[9] = {t->input,
                        need_ape ? t->ape : NULL,
                        layout ? sl->block_table : NULL,
@@ -161,10 +175,10 @@ static c128_status m_tensors(const m_args *a, const fz_instance *I, const m_tens
                           entry ? (uint64_t)e->rope_positions * 256u : 0u,
                           (uint64_t)a->count1 * 16u,
                           (uint64_t)a->count2 * 8u};
-  for (int w = 0; w < 3; ++w) {
+  for (int w = 0; w < 4; ++w) {
     for (int k = 0; k < 9; ++k)
       if (fz_overlaps(wp[w], wn[w], rp[k], rn[k])) return C128_ERROR_ALIASED;
-    for (int v = w + 1; v < 3; ++v)
+    for (int v = w + 1; v < 4; ++v)
       if (fz_overlaps(wp[w], wn[w], wp[v], wn[v])) return C128_ERROR_ALIASED;
   }
   return C128_SUCCESS;
@@ -314,6 +328,7 @@ typedef struct fz_ext {
   int esel, psel, pbsel, cpsel, ropesel, epssel;
   uint64_t eseed;
   int xc;
+  int wssel; /* the entries' workspace: < 200 a good one (claiming more bytes now and then), else a corruption */
   /* built */
   c128_state_layout sl;
   int64_t blocks, rows; /* the state's pages (blocks) and rows of each plane */
@@ -325,7 +340,10 @@ typedef struct fz_ext {
   float *gamma, *rope;
   uint8_t *cache;
   int64_t cache_bytes;
-  char *xbuf; /* a buffer a corruption points into */
+  char *xbuf;      /* a buffer a corruption points into */
+  uint8_t *ws;     /* the workspace: exactly m_workspace_bytes(ws_jobs) bytes, zero before the launch */
+  int64_t ws_jobs; /* the launch's jobs: batch or num_compress */
+  int64_t ws_bytes;
 } fz_ext;
 
 static void rd_ext(fz_reader *r, fz_ext *x) {
@@ -344,7 +362,10 @@ static void rd_ext(fz_reader *r, fz_ext *x) {
   }
   const int v = rd_u8(r);
   x->xc = v < 200 ? 0 : 1 + (v - 200) % 20;
+  x->wssel = rd_u8(r); /* added with the workspace (DESIGN 11.3): older inputs read 0, a good one */
 }
+/* The workspace corruption drawn (fz_corrupt_workspace), 0 for none; only with cache entries drawn. */
+static int fz_ws_corruption(const fz_ext *x) { return x->esel && x->wssel >= 200 ? 1 + (x->wssel - 200) % 25 : 0; }
 
 /* A block table's entries: style 0, 5..7 a permutation of the blocks (repeating past them), 1
    random blocks, 2 a mix of blocks, -1, past the state and random words, 3 a permutation with one
@@ -684,11 +705,168 @@ static void fz_ext_context(const fz_ext *x) {
                    x->en.entries_per_page, (long long)x->en.page_bytes, (long long)x->en.cache_pages,
                    (long long)x->en.rope_positions, (double)x->en.norm_eps);
   if (x->xc) fz_add_context(" ext corruption %d", x->xc);
+  if (x->ws)
+    fz_add_context(" workspace %lld bytes (%lld jobs) claiming %lld, corruption %d", (long long)x->ws_bytes,
+                   (long long)x->ws_jobs, (long long)x->en.workspace_bytes, fz_ws_corruption(x));
   if (getenv("C128_FUZZ_VERBOSE") && atoi(getenv("C128_FUZZ_VERBOSE")) > 1)
     fprintf(stderr, "c128-fuzz: %s\n", fz_context);
 }
 
 static void fz_free_ext(fz_ext *x) {
   free(x->table), free(x->score_table), free(x->score_plane), free(x->index), free(x->gamma), free(x->rope);
-  free(x->cache), free(x->xbuf);
+  free(x->cache), free(x->xbuf), free(x->ws);
+}
+
+/* >>workspace: the cache-entry launch's workspace (DESIGN 11.3) -------------------------------- */
+/* Builds the workspace of a launch of `jobs` (modes 0 and 1, with cache entries drawn): exactly
+   its bytes, zero (as a caller's first launch finds it), in x->en. Most inputs claim its exact
+   size; some claim more (a launch uses its own size, and AddressSanitizer sees a byte more). */
+static void fz_build_workspace(fz_ext *x, int D, int64_t jobs) {
+  if (!x->esel) return;
+  x->ws_jobs = jobs, x->ws_bytes = m_workspace_bytes(jobs, D);
+  x->ws = (uint8_t *)fz_alloc((size_t)x->ws_bytes);
+  memset(x->ws, 0, (size_t)x->ws_bytes);
+  const int64_t more[8] = {0, 0, 0, 0, 16, 1, 4096, INT64_MAX - x->ws_bytes};
+  x->en.workspace = x->ws, x->en.workspace_bytes = x->ws_bytes + more[x->wssel % 8];
+}
+
+/* Workspace corruptions (x->wssel >= 200, after every other one): 1, 2 NULL; 3..5 misaligned;
+   6..13 workspace_bytes short of the size (by 1, 4, 16 bytes, a row, every row) or
+   0, -1, INT64_MIN; 14..25 the workspace placed on another tensor of the call (the state, inside
+   it, the cache, input, the input's last 16 bytes, gamma, the RoPE table, index, ape, plans,
+   score plane, block table). Returns 1 for a placement: the caller keeps it only where the
+   launch must refuse it. */
+enum { FZ_WS_PLACED = 14 };
+static int fz_corrupt_workspace(const fz_ext *x, int D, c128_entry_args *e, const c128_state_layout *sl,
+                                const int64_t *index, const fz_ptrs *t, uint64_t input_bytes) {
+  const int k = fz_ws_corruption(x);
+  const int64_t need = x->ws_bytes;
+  switch (k) {
+  case 1:
+    e->workspace = NULL;
+    break;
+  case 2:
+    e->workspace = NULL, e->workspace_bytes = 0;
+    break;
+  case 3:
+    e->workspace = x->ws + 4;
+    break;
+  case 4:
+    e->workspace = x->ws + 8;
+    break;
+  case 5:
+    e->workspace = x->ws + 1;
+    break;
+  case 6:
+    e->workspace_bytes = need - 1;
+    break;
+  case 7:
+    e->workspace_bytes = need - 4;
+    break;
+  case 8:
+    e->workspace_bytes = need - 16;
+    break;
+  case 9:
+    e->workspace_bytes = need - 4 * (int64_t)D;
+    break;
+  case 10:
+    e->workspace_bytes = (4 * x->ws_jobs + 15) / 16 * 16; /* the counters only */
+    break;
+  case 11:
+    e->workspace_bytes = 0;
+    break;
+  case 12:
+    e->workspace_bytes = -1;
+    break;
+  case 13:
+    e->workspace_bytes = INT64_MIN;
+    break;
+  case 14:
+    e->workspace = *t->state;
+    break;
+  case 15:
+    e->workspace = *t->state ? (char *)*t->state + 16 : NULL;
+    break;
+  case 16:
+    e->workspace = e->cache;
+    break;
+  case 17:
+    e->workspace = (void *)*t->input;
+    break;
+  case 18:
+    e->workspace = *t->input && input_bytes >= 16 ? (char *)*t->input + input_bytes - 16 : NULL;
+    break;
+  case 19:
+    e->workspace = (void *)e->norm_weight;
+    break;
+  case 20:
+    e->workspace = (void *)e->rope_table;
+    break;
+  case 21:
+    e->workspace = (void *)index;
+    break;
+  case 22:
+    e->workspace = (void *)*t->ape;
+    break;
+  case 23:
+    e->workspace = (void *)*t->plans;
+    break;
+  case 24:
+    e->workspace = sl->score_plane;
+    break;
+  case 25:
+    e->workspace = (void *)sl->block_table;
+    break;
+  default:
+    break;
+  }
+  return k >= FZ_WS_PLACED;
+}
+
+/* The workspace after a launch whose entry arguments were `used`: a launch that was refused, or
+   that was handed another pointer than x->ws, left it as it was (zero); else every counter is
+   back at zero (DESIGN 11.3: "every launch leaves the counters at zero") and job k's row holds
+   the bf16 values of its pooled vector ys[k] (the pooled twin's rows) where its window went to an
+   entry (outs[k] >= 0), zero where none did. */
+static void fz_check_workspace(const fz_ext *x, const c128_entry_args *used, int accepted, int D, const int64_t *outs,
+                               const float *ys, const char *what) {
+  if (!x->ws) return;
+  const int64_t counters = (4 * x->ws_jobs + 15) / 16 * 16;
+  const int ours = accepted && used->kind != C128_OUTPUT_POOLED && used->workspace == x->ws;
+  for (int64_t b = 0; b < (ours ? counters : x->ws_bytes); ++b)
+    FZ_CHECK(2, x->ws[b] == 0, "%s: workspace byte %lld is 0x%02x after the launch (%s)", what, (long long)b, x->ws[b],
+             !ours                ? "a launch that does not use this workspace changed it"
+             : b < 4 * x->ws_jobs ? "a job's counter not back at zero"
+                                  : "padding after the counters");
+  if (!ours) return;
+  int64_t rows = 0;
+  for (int64_t k = 0; k < x->ws_jobs; ++k) rows += outs[k] >= 0;
+  if (getenv("C128_FUZZ_VERBOSE") && atoi(getenv("C128_FUZZ_VERBOSE")) > 1)
+    fprintf(stderr, "c128-fuzz: %s: workspace counters zero, %lld of %lld rows hold a window's values\n", what,
+            (long long)rows, (long long)x->ws_jobs);
+  for (int64_t k = 0; k < x->ws_jobs; ++k)
+    for (int c = 0; c < D; ++c) {
+      float got;
+      memcpy(&got, x->ws + counters + (k * D + c) * 4, 4);
+      const float want = outs[k] >= 0 ? m_bf16f(ys[k * D + c]) : 0.0f;
+      FZ_CHECK(2, want != want ? got != got : fz_bits(got) == fz_bits(want),
+               "%s: workspace row %lld channel %d holds %g (0x%08x); %s %g", what, (long long)k, c, (double)got,
+               fz_bits(got), outs[k] >= 0 ? "the window's pooled value in bf16 is" : "no window: untouched,",
+               (double)want);
+    }
+}
+/* The workspace after a second launch over it: counters zero, rows as the first launch left them
+   (`first`, its copy), NaNs as NaNs. */
+static void fz_check_workspace_again(const fz_ext *x, const uint8_t *first, const char *what) {
+  if (!x->ws) return;
+  if (getenv("C128_FUZZ_VERBOSE") && atoi(getenv("C128_FUZZ_VERBOSE")) > 1)
+    fprintf(stderr, "c128-fuzz: %s: workspace as the first launch left it\n", what);
+  const int64_t counters = (4 * x->ws_jobs + 15) / 16 * 16;
+  for (int64_t b = 0; b < x->ws_bytes; b += 4) {
+    float got, want;
+    memcpy(&got, x->ws + b, 4), memcpy(&want, first + b, 4);
+    FZ_CHECK(2, b >= counters && want != want ? got != got : fz_bits(got) == fz_bits(want),
+             "%s: workspace word %lld is 0x%08x, the first launch left 0x%08x", what, (long long)b / 4, fz_bits(got),
+             fz_bits(want));
+  }
 }

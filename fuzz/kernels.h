@@ -119,7 +119,8 @@ static void fz_alias(int corrupt, void **state, const void **input, const float 
 
 /* Checker = launch (property 5): the checker over the call's own arguments refuses them with
    the launch's status; when it accepts them, the launch failed, if at all, on a tensor pointer
-   (NULL, misaligned, aliased: the checker does not look at tensors) or found a race. A typed
+   (NULL, misaligned, aliased, a workspace too small: the checker does not look at tensors) or
+   found a race. A typed
    entry point called with another instance's arguments is INSTANCE_MISMATCH first. */
 static void fz_check_equals_launch(c128_status cst, c128_status st, int typed_mismatch) {
   if (typed_mismatch) {
@@ -131,7 +132,7 @@ static void fz_check_equals_launch(c128_status cst, c128_status st, int typed_mi
   } else {
     FZ_CHECK(5,
              st == C128_SUCCESS || st == C128_ERROR_RACE_DETECTED || st == C128_ERROR_NULL_POINTER ||
-                 st == C128_ERROR_MISALIGNED || st == C128_ERROR_ALIASED,
+                 st == C128_ERROR_MISALIGNED || st == C128_ERROR_ALIASED || st == C128_ERROR_WORKSPACE_TOO_SMALL,
              "checker %s (accepts the arguments), launch %s", c128_status_string(cst), c128_status_string(st));
   }
 }
@@ -549,6 +550,7 @@ static void fz_mode_prefill(fz_reader *r) {
                  I->name, (long long)P, (long long)N, (long long)NC, (long long)NW, (long long)O, lay.rank, lay.size,
                  lay.pages_per_rank, corrupt, flags, style, wgroup);
   fz_build_ext(&x, D, fz_es(I->buf), P, span, N, O, -1);
+  fz_build_workspace(&x, D, NC); /* a job a compress plan */
   fz_ext_context(&x);
 
   const int64_t SP = x.blocks, rows = x.rows; /* state_pages, and rows of each plane */
@@ -618,6 +620,17 @@ static void fz_mode_prefill(fz_reader *r) {
       if (aliasing && m_launch_status(&ma, I, typed, &tt) == C128_SUCCESS) a = pass == 0 ? c : b;
     }
   }
+  { /* the workspace's corruption (after the others): a placement kept where the launch must refuse it */
+    const c128_prefill_args c = a;
+    const void *plans = a.compress_plans;
+    const fz_ptrs t = {&a.state, &a.input, &a.ape, &a.output, &plans};
+    if (fz_corrupt_workspace(&x, D, &a.entry, &a.state_layout, a.output_index, &t,
+                             (uint64_t)N * 2 * D * fz_es(I->in))) {
+      const m_args mw = FZ_PREFILL_M_ARGS(a);
+      const m_tensors_of tw = FZ_PREFILL_TENSORS(a);
+      if (m_launch_status(&mw, I, typed, &tw) == C128_SUCCESS) a = c;
+    }
+  }
   const m_args ma = FZ_PREFILL_M_ARGS(a);
   const m_tensors_of mt = FZ_PREFILL_TENSORS(a);
   const c128_status want_args = m_launch_status(&ma, I, typed, &mt);
@@ -668,6 +681,7 @@ static void fz_mode_prefill(fz_reader *r) {
                            fz_typed_mismatch(typed, I, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype));
   }
 
+  if (!accepted || !K.entry) fz_check_workspace(&x, &a.entry, 0, D, NULL, NULL, "prefill");
   if (!accepted) {
     FZ_CHECK(2, fz_bufs_equal(&run, &before, plane_bytes, out_bytes, cache_bytes),
              "a call refused with %s changed the state, the output or the cache", c128_status_string(st));
@@ -709,6 +723,7 @@ static void fz_mode_prefill(fz_reader *r) {
       int64_t *pos = (int64_t *)fz_alloc((size_t)NC * sizeof(int64_t) + 1);
       for (int64_t k = 0; k < NC; ++k) pos[k] = (int64_t)cp[k].seq_len - 128;
       fz_check_cache(I, &a.entry, run.cache, before.cache, x.cache_bytes, winner, T, ys, pos, "prefill");
+      fz_check_workspace(&x, &a.entry, 1, D, outs, ys, "prefill");
       free(ys), free(pos), fz_bufs_free(&comp);
     }
   }
@@ -718,11 +733,14 @@ static void fz_mode_prefill(fz_reader *r) {
     fz_bufs two = fz_bufs_clone(&before, plane_bytes, out_bytes, cache_bytes);
     c128_prefill_args a2 = a;
     a2.state = two.st.kv, a2.state_layout.score_plane = two.st.sc, a2.output = two.output;
-    if (K.entry) a2.entry.cache = two.cache;
+    if (K.entry) a2.entry.cache = two.cache; /* the same workspace: its counters are zero again */
     fz_set_prefill_group(&a2, wgroup2);
     c128_host_options o2 = {opt.o.check_races, !opt.o.reverse_blocks, NULL, 0, 0};
+    uint8_t *ws_first = x.ws ? (uint8_t *)fz_clone(x.ws, (size_t)x.ws_bytes) : NULL;
     const c128_status st2 = I->prefill_host(&a2, &o2);
     FZ_CHECK(2, st2 == C128_SUCCESS, "windows_per_block %d: %s", wgroup2, c128_status_string(st2));
+    fz_check_workspace_again(&x, ws_first, "windows_per_block (second launch)");
+    free(ws_first);
     FZ_CHECK(2, fz_bufs_equal(&two, &run, plane_bytes, out_bytes, cache_bytes),
              "windows_per_block %d (blocks %s) changes the result of windows_per_block %d", wgroup2,
              o2.reverse_blocks ? "reversed" : "forward", wgroup);
@@ -899,6 +917,7 @@ static void fz_mode_decode(fz_reader *r) {
                  I->name, (long long)P, (long long)B, (long long)O, lay.rank, lay.size, lay.pages_per_rank, corrupt,
                  flags, style, group);
   fz_build_ext(&x, D, fz_es(I->buf), P, span, B, O, -1);
+  fz_build_workspace(&x, D, B); /* a job a request */
   fz_ext_context(&x);
 
   const int64_t SP = x.blocks, rows = x.rows;
@@ -953,6 +972,17 @@ static void fz_mode_decode(fz_reader *r) {
       const m_tensors_of tt = FZ_DECODE_TENSORS(a);
       const int aliasing = pass == 0 ? x.xc >= 11 && x.xc <= 19 : corrupt >= 19;
       if (aliasing && m_launch_status(&ma, I, typed, &tt) == C128_SUCCESS) a = pass == 0 ? c : b;
+    }
+  }
+  { /* the workspace's corruption (after the others): a placement kept where the launch must refuse it */
+    const c128_decode_args c = a;
+    const void *pl = a.plans;
+    const fz_ptrs t = {&a.state, &a.input, &a.ape, &a.output, &pl};
+    if (fz_corrupt_workspace(&x, D, &a.entry, &a.state_layout, a.output_index, &t,
+                             (uint64_t)B * 2 * D * fz_es(I->in))) {
+      const m_args mw = FZ_DECODE_M_ARGS(a);
+      const m_tensors_of tw = FZ_DECODE_TENSORS(a);
+      if (m_launch_status(&mw, I, typed, &tw) == C128_SUCCESS) a = c;
     }
   }
   const m_args ma = FZ_DECODE_M_ARGS(a);
@@ -1027,6 +1057,7 @@ static void fz_mode_decode(fz_reader *r) {
                            fz_typed_mismatch(typed, I, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype));
   }
 
+  if (!accepted || !K.entry) fz_check_workspace(&x, &a.entry, 0, D, NULL, NULL, "decode");
   if (!accepted) {
     FZ_CHECK(2, fz_bufs_equal(&run, &before, plane_bytes, out_bytes, cache_bytes),
              "a call refused with %s changed the state, the output or the cache", c128_status_string(st));
@@ -1065,6 +1096,7 @@ static void fz_mode_decode(fz_reader *r) {
       int64_t *pos = (int64_t *)fz_alloc((size_t)B * sizeof(int64_t) + 1);
       for (int64_t k = 0; k < B; ++k) pos[k] = (int64_t)plans[k].seq_len - 128;
       fz_check_cache(I, &a.entry, run.cache, before.cache, x.cache_bytes, winner, T, ys, pos, "decode");
+      fz_check_workspace(&x, &a.entry, 1, D, outs, ys, "decode");
       free(ys), free(pos), fz_bufs_free(&comp);
     }
   }
@@ -1074,11 +1106,14 @@ static void fz_mode_decode(fz_reader *r) {
     fz_bufs two = fz_bufs_clone(&before, plane_bytes, out_bytes, cache_bytes);
     c128_decode_args a2 = a;
     a2.state = two.st.kv, a2.state_layout.score_plane = two.st.sc, a2.output = two.output;
-    if (K.entry) a2.entry.cache = two.cache;
+    if (K.entry) a2.entry.cache = two.cache; /* the same workspace: its counters are zero again */
     fz_set_group(&a2, group2);
     c128_host_options o2 = {opt.o.check_races, !opt.o.reverse_blocks, NULL, 0, 0};
+    uint8_t *ws_first = x.ws ? (uint8_t *)fz_clone(x.ws, (size_t)x.ws_bytes) : NULL;
     const c128_status st2 = I->decode_host(&a2, &o2);
     FZ_CHECK(2, st2 == C128_SUCCESS, "requests_per_block %d: %s", group2, c128_status_string(st2));
+    fz_check_workspace_again(&x, ws_first, "requests_per_block (second launch)");
+    free(ws_first);
     FZ_CHECK(2, fz_bufs_equal(&two, &run, plane_bytes, out_bytes, cache_bytes),
              "requests_per_block %d (blocks %s) changes the result of requests_per_block %d (%lld per block)", group2,
              o2.reverse_blocks ? "reversed" : "forward", group, (long long)G);

@@ -160,7 +160,7 @@ def write_plan(e, n_rows, span, rag=0, wpage=0, wslot=0, raw=None, sentinel=Fals
         slot(e, wslot)
 
 
-def ext_fields(e, layout=None, index=None, entry=None, xc=0):
+def ext_fields(e, layout=None, index=None, entry=None, xc=0, ws=None):
     """rd_ext (fuzz/extras.h): the state layout, output index and cache entries, read after every
     older field of modes 0, 1 and 4.
     layout: dict(B=8..256 | 0 (= 128) | bad=k, split, biased, table, stab, refused, adj (no table: 0, -1, +1) or
@@ -168,7 +168,10 @@ def ext_fields(e, layout=None, index=None, entry=None, xc=0):
             (stride - need, -1..1) or stride_edge=k, style, seed).
     index: dict(sel=0..3, seed) (sel 0: a permutation of the targets, 1 random, 2 a mix of bad ones, 3 a few bad).
     entry: dict(kind='fp8'|'bf16'|'bad'|'pooled', P=index of (1, 2, 4, 64, 1, 2, 8, 16) or P_bad=k, pb=0..9,
-           cp=0..3 or cp_edge=k, rope=index of (0, 1, 2, 3, 128, 1100, 1100, 300) or rope_edge=k, eps=0..9, seed)."""
+           cp=0..3 or cp_edge=k, rope=index of (0, 1, 2, 3, 128, 1100, 1100, 300) or rope_edge=k, eps=0..9, seed).
+    ws: the entries' workspace (after xc; left out, the byte reads 0: a good one of the exact size):
+        dict(claim=0..7) a good one claiming more bytes (index of (0, 0, 0, 0, 16, 1, 4096, INT64_MAX - size)), or
+        dict(corrupt=1..25) a corruption (fz_corrupt_workspace in extras.h)."""
     if layout is None:
         e.u8(0)
     else:
@@ -208,6 +211,8 @@ def ext_fields(e, layout=None, index=None, entry=None, xc=0):
         e.u8(E.get("eps", 0))
         e.u64(E.get("seed", 11))
     e.u8(0 if xc == 0 else 200 + xc - 1)
+    if ws is not None:
+        e.u8(200 + ws["corrupt"] - 1 if "corrupt" in ws else ws.get("claim", 0))
 
 
 # ---- mode 0: decode ------------------------------------------------------------------------------
@@ -917,6 +922,29 @@ def cases():
                                               ext=dict(entry=dict(kind="fp8", eps=6)))
     c["prefill-entry-cache-misaligned"] = prefill_case(F32, 0, 1, 128, [dict(seq=128, bl=0, rag=127)], [],
                                                        ext=dict(entry=dict(kind="bf16", cp=1), xc=4))
+    # -- the entries' workspace (DESIGN 11.3): NULL, misaligned, short, placed on another tensor
+    entry3 = dict(kind="fp8", P=1, pb=0, cp=2, rope=5, eps=0)
+    three = [dict(seq=128, wpage=0, wslot=127), dict(seq=256, wpage=1, wslot=127), dict(seq=7, wpage=2, wslot=6)]
+    for name, ws in [("null", dict(corrupt=1)), ("misaligned", dict(corrupt=3)), ("short-4", dict(corrupt=7)),
+                     ("row-short", dict(corrupt=9)), ("negative", dict(corrupt=12)), ("on-state", dict(corrupt=14)),
+                     ("on-gamma", dict(corrupt=19)), ("on-index", dict(corrupt=21)), ("on-plans", dict(corrupt=23)),
+                     ("claims-int64-max", dict(claim=7))]:
+        c["decode-entry-workspace-" + name] = decode_case(F32, 0x01, 3, three, ext=dict(
+            index=dict(sel=0), entry=entry3, ws=ws))
+    c["decode-entry-workspace-reused-h256"] = decode_case(H256, 0x03, 2, three[:2], group=1, group2=2, ext=dict(
+        entry=dict(kind="bf16", P=1, cp=2, rope=5), ws=dict(claim=4)))
+    c["decode-entry-no-cache-workspace-null"] = decode_case(F32, 0x01, 1, [dict(seq=128, wpage=0, wslot=127)], ext=dict(
+        entry=dict(kind="fp8", P=1, cp=0), ws=dict(corrupt=1)))
+    two = [dict(seq=128, bl=0, rag=127), dict(seq=256, bl=0, rag=255)]
+    for name, ws in [("counters-only", dict(corrupt=10)), ("on-input-tail", dict(corrupt=18)),
+                     ("on-cache", dict(corrupt=16)), ("on-rope", dict(corrupt=20)), ("misaligned-1", dict(corrupt=5))]:
+        c["prefill-entry-workspace-" + name] = prefill_case(BF16_F32, 0x01, 1, 256, two, [], ext=dict(
+            entry=dict(kind="bf16", P=1, cp=2, rope=5), ws=ws))
+    c["prefill-entry-workspace-reused"] = prefill_case(F32, 0x01, 1, 256, two, [], wgroup=1, wgroup2=2, ext=dict(
+        entry=dict(kind="fp8", P=1, cp=2, rope=5), ws=dict(claim=5)))
+    c["prefill-entry-writes-only-workspace-null"] = prefill_case(F32, 0x01, 1, 10, [], [dict(rag=1, wpage=0, wslot=1)],
+                                                                 ext=dict(entry=dict(kind="fp8", P=1, cp=1),
+                                                                          ws=dict(corrupt=1)))
     c["check-table-conflict"] = checker_case(0, pages=40, out_rows=4, plans=[
         dict(seq=3, wpage=0, wslot=2), dict(seq=251, wpage=1, wslot=122)], ext=dict(layout=dict(vllm, style=3)))
     c["check-entry-position"] = checker_case(0, pages=4, out_rows=4, plans=[
