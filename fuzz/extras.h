@@ -823,50 +823,12 @@ static int fz_corrupt_workspace(const fz_ext *x, int D, c128_entry_args *e, cons
   return k >= FZ_WS_PLACED;
 }
 
-/* The workspace after a launch whose entry arguments were `used`: a launch that was refused, or
-   that was handed another pointer than x->ws, left it as it was (zero); else every counter is
-   back at zero (DESIGN 11.3: "every launch leaves the counters at zero") and job k's row holds
-   the bf16 values of its pooled vector ys[k] (the pooled twin's rows) where its window went to an
-   entry (outs[k] >= 0), zero where none did. */
-static void fz_check_workspace(const fz_ext *x, const c128_entry_args *used, int accepted, int D, const int64_t *outs,
-                               const float *ys, const char *what) {
+/* The workspace after any launch, refused or not, handed x->ws or not: all zero, as it was
+   (DESIGN 11.3: the last warp of a window sets its counter and its row back to zero). */
+static void fz_check_workspace(const fz_ext *x, const char *what) {
   if (!x->ws) return;
   const int64_t counters = (4 * x->ws_jobs + 15) / 16 * 16;
-  const int ours = accepted && used->kind != C128_OUTPUT_POOLED && used->workspace == x->ws;
-  for (int64_t b = 0; b < (ours ? counters : x->ws_bytes); ++b)
+  for (int64_t b = 0; b < x->ws_bytes; ++b)
     FZ_CHECK(2, x->ws[b] == 0, "%s: workspace byte %lld is 0x%02x after the launch (%s)", what, (long long)b, x->ws[b],
-             !ours                ? "a launch that does not use this workspace changed it"
-             : b < 4 * x->ws_jobs ? "a job's counter not back at zero"
-                                  : "padding after the counters");
-  if (!ours) return;
-  int64_t rows = 0;
-  for (int64_t k = 0; k < x->ws_jobs; ++k) rows += outs[k] >= 0;
-  if (getenv("C128_FUZZ_VERBOSE") && atoi(getenv("C128_FUZZ_VERBOSE")) > 1)
-    fprintf(stderr, "c128-fuzz: %s: workspace counters zero, %lld of %lld rows hold a window's values\n", what,
-            (long long)rows, (long long)x->ws_jobs);
-  for (int64_t k = 0; k < x->ws_jobs; ++k)
-    for (int c = 0; c < D; ++c) {
-      float got;
-      memcpy(&got, x->ws + counters + (k * D + c) * 4, 4);
-      const float want = outs[k] >= 0 ? m_bf16f(ys[k * D + c]) : 0.0f;
-      FZ_CHECK(2, want != want ? got != got : fz_bits(got) == fz_bits(want),
-               "%s: workspace row %lld channel %d holds %g (0x%08x); %s %g", what, (long long)k, c, (double)got,
-               fz_bits(got), outs[k] >= 0 ? "the window's pooled value in bf16 is" : "no window: untouched,",
-               (double)want);
-    }
-}
-/* The workspace after a second launch over it: counters zero, rows as the first launch left them
-   (`first`, its copy), NaNs as NaNs. */
-static void fz_check_workspace_again(const fz_ext *x, const uint8_t *first, const char *what) {
-  if (!x->ws) return;
-  if (getenv("C128_FUZZ_VERBOSE") && atoi(getenv("C128_FUZZ_VERBOSE")) > 1)
-    fprintf(stderr, "c128-fuzz: %s: workspace as the first launch left it\n", what);
-  const int64_t counters = (4 * x->ws_jobs + 15) / 16 * 16;
-  for (int64_t b = 0; b < x->ws_bytes; b += 4) {
-    float got, want;
-    memcpy(&got, x->ws + b, 4), memcpy(&want, first + b, 4);
-    FZ_CHECK(2, b >= counters && want != want ? got != got : fz_bits(got) == fz_bits(want),
-             "%s: workspace word %lld is 0x%08x, the first launch left 0x%08x", what, (long long)b / 4, fz_bits(got),
-             fz_bits(want));
-  }
+             b < 4 * x->ws_jobs ? "a job's counter" : b < counters ? "padding after the counters" : "a job's row");
 }

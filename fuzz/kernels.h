@@ -681,7 +681,7 @@ static void fz_mode_prefill(fz_reader *r) {
                            fz_typed_mismatch(typed, I, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype));
   }
 
-  if (!accepted || !K.entry) fz_check_workspace(&x, &a.entry, 0, D, NULL, NULL, "prefill");
+  fz_check_workspace(&x, "prefill");
   if (!accepted) {
     FZ_CHECK(2, fz_bufs_equal(&run, &before, plane_bytes, out_bytes, cache_bytes),
              "a call refused with %s changed the state, the output or the cache", c128_status_string(st));
@@ -723,7 +723,6 @@ static void fz_mode_prefill(fz_reader *r) {
       int64_t *pos = (int64_t *)fz_alloc((size_t)NC * sizeof(int64_t) + 1);
       for (int64_t k = 0; k < NC; ++k) pos[k] = (int64_t)cp[k].seq_len - 128;
       fz_check_cache(I, &a.entry, run.cache, before.cache, x.cache_bytes, winner, T, ys, pos, "prefill");
-      fz_check_workspace(&x, &a.entry, 1, D, outs, ys, "prefill");
       free(ys), free(pos), fz_bufs_free(&comp);
     }
   }
@@ -733,14 +732,12 @@ static void fz_mode_prefill(fz_reader *r) {
     fz_bufs two = fz_bufs_clone(&before, plane_bytes, out_bytes, cache_bytes);
     c128_prefill_args a2 = a;
     a2.state = two.st.kv, a2.state_layout.score_plane = two.st.sc, a2.output = two.output;
-    if (K.entry) a2.entry.cache = two.cache; /* the same workspace: its counters are zero again */
+    if (K.entry) a2.entry.cache = two.cache; /* the same workspace: zero again */
     fz_set_prefill_group(&a2, wgroup2);
     c128_host_options o2 = {opt.o.check_races, !opt.o.reverse_blocks, NULL, 0, 0};
-    uint8_t *ws_first = x.ws ? (uint8_t *)fz_clone(x.ws, (size_t)x.ws_bytes) : NULL;
     const c128_status st2 = I->prefill_host(&a2, &o2);
     FZ_CHECK(2, st2 == C128_SUCCESS, "windows_per_block %d: %s", wgroup2, c128_status_string(st2));
-    fz_check_workspace_again(&x, ws_first, "windows_per_block (second launch)");
-    free(ws_first);
+    fz_check_workspace(&x, "windows_per_block (second launch)");
     FZ_CHECK(2, fz_bufs_equal(&two, &run, plane_bytes, out_bytes, cache_bytes),
              "windows_per_block %d (blocks %s) changes the result of windows_per_block %d", wgroup2,
              o2.reverse_blocks ? "reversed" : "forward", wgroup);
@@ -1057,7 +1054,7 @@ static void fz_mode_decode(fz_reader *r) {
                            fz_typed_mismatch(typed, I, a.head_dim, a.state_dtype, a.input_dtype, a.output_dtype));
   }
 
-  if (!accepted || !K.entry) fz_check_workspace(&x, &a.entry, 0, D, NULL, NULL, "decode");
+  fz_check_workspace(&x, "decode");
   if (!accepted) {
     FZ_CHECK(2, fz_bufs_equal(&run, &before, plane_bytes, out_bytes, cache_bytes),
              "a call refused with %s changed the state, the output or the cache", c128_status_string(st));
@@ -1096,7 +1093,6 @@ static void fz_mode_decode(fz_reader *r) {
       int64_t *pos = (int64_t *)fz_alloc((size_t)B * sizeof(int64_t) + 1);
       for (int64_t k = 0; k < B; ++k) pos[k] = (int64_t)plans[k].seq_len - 128;
       fz_check_cache(I, &a.entry, run.cache, before.cache, x.cache_bytes, winner, T, ys, pos, "decode");
-      fz_check_workspace(&x, &a.entry, 1, D, outs, ys, "decode");
       free(ys), free(pos), fz_bufs_free(&comp);
     }
   }
@@ -1106,14 +1102,12 @@ static void fz_mode_decode(fz_reader *r) {
     fz_bufs two = fz_bufs_clone(&before, plane_bytes, out_bytes, cache_bytes);
     c128_decode_args a2 = a;
     a2.state = two.st.kv, a2.state_layout.score_plane = two.st.sc, a2.output = two.output;
-    if (K.entry) a2.entry.cache = two.cache; /* the same workspace: its counters are zero again */
+    if (K.entry) a2.entry.cache = two.cache; /* the same workspace: zero again */
     fz_set_group(&a2, group2);
     c128_host_options o2 = {opt.o.check_races, !opt.o.reverse_blocks, NULL, 0, 0};
-    uint8_t *ws_first = x.ws ? (uint8_t *)fz_clone(x.ws, (size_t)x.ws_bytes) : NULL;
     const c128_status st2 = I->decode_host(&a2, &o2);
     FZ_CHECK(2, st2 == C128_SUCCESS, "requests_per_block %d: %s", group2, c128_status_string(st2));
-    fz_check_workspace_again(&x, ws_first, "requests_per_block (second launch)");
-    free(ws_first);
+    fz_check_workspace(&x, "requests_per_block (second launch)");
     FZ_CHECK(2, fz_bufs_equal(&two, &run, plane_bytes, out_bytes, cache_bytes),
              "requests_per_block %d (blocks %s) changes the result of requests_per_block %d (%lld per block)", group2,
              o2.reverse_blocks ? "reversed" : "forward", group, (long long)G);

@@ -366,12 +366,12 @@ static void *workspace_make(int64_t jobs, int D, int64_t *bytes) {
   return w;
 }
 
-/* Every launch leaves its workspace's counters as it found them: zero. */
-static void check_workspace_zero(const c128_entry_args *e, int64_t jobs, const char *what) {
-  const uint32_t *count = (const uint32_t *)e->workspace;
-  for (int64_t k = 0; k < jobs; ++k)
-    cr_assert_eq(count[k], 0u, "%s: the workspace counter of job %lld is %u after the launch", what, (long long)k,
-                 count[k]);
+/* Every launch leaves its workspace as it found it: all zero (the counters and the rows). */
+static void check_workspace_zero(const c128_entry_args *e, const char *what) {
+  const unsigned char *w = (const unsigned char *)e->workspace;
+  for (int64_t k = 0; k < e->workspace_bytes; ++k)
+    cr_assert_eq(w[k], 0, "%s: workspace byte %lld of %lld is 0x%02x after the launch", what, (long long)k,
+                 (long long)e->workspace_bytes, w[k]);
 }
 
 static c128_entry_args entry_of(const cache *c, const float *gamma, float eps, const float *rope, int64_t positions,
@@ -561,7 +561,7 @@ static void decode_entry_case(const instance_entry *e, backend be, entry_case k)
   a.entry = entry_of(&c, gamma, eps, rope, DECODE_ROPE, DB);
   c128_status st = run_decode(e, be, &a, k.reverse);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
-  check_workspace_zero(&a.entry, DB, "decode");
+  check_workspace_zero(&a.entry, "decode");
 
   /* The state: exactly the rows of the plans that ran. */
   void *want = clone_bytes(state0, state_rows * state_row);
@@ -759,7 +759,7 @@ static void prefill_entry_case(const instance_entry *e, backend be, entry_case k
   a.entry = entry_of(&c, gamma, eps, rope, PREFILL_ROPE, NC);
   const c128_status st = run_prefill(e, be, &a, k.reverse);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
-  check_workspace_zero(&a.entry, NC, "prefill");
+  check_workspace_zero(&a.entry, "prefill");
 
   void *want = clone_bytes(state0, state_rows * state_row);
   for (int i = 0; i < TAIL + 3; ++i)
@@ -989,7 +989,7 @@ static void edge_case(const instance_entry *e, backend be, int kind, design d) {
   a.entry = entry_of(&c, gamma, eps, rope, ROPE_ROWS, 1);
   const c128_status st = run_prefill(e, be, &a, d % 2 && be == BACKEND_CPU);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
-  check_workspace_zero(&a.entry, 1, "edge case");
+  check_workspace_zero(&a.entry, "edge case");
 
   char what[128];
   snprintf(what, sizeof what, "%s, %s, %s", f->name, kind == FP8 ? "FP8" : "BF16", design_names[d]);

@@ -23,8 +23,9 @@ arrays, else the legacy default stream); host arrays (NumPy, CPU tensors) run th
 the same kernel code on the CPU, synchronously. NumPy has no bfloat16: a uint16 array holds bf16
 bit patterns (:func:`bf16_from_float`, :func:`bf16_to_float`).
 
-Calls allocate nothing (c128.sglang.compress_norm_rope_store, which stages its windows, excepted),
-never synchronise, and can be captured in CUDA graphs (warm up once
+Calls allocate nothing (c128.sglang.compress_norm_rope_store, which stages its windows, excepted;
+and a cache-entry launch given no ``Entry.workspace`` makes or grows its stream's workspace, see
+:class:`Entry`), never synchronise, and can be captured in CUDA graphs (warm up once
 before capturing). Launches are asynchronous: keep the tensors alive, and unchanged in place,
 until the work on the stream is done, as with any CUDA kernel. Every argument the binding refuses
 raises ``ValueError`` or ``TypeError`` naming the argument; a status of the library raises
@@ -42,13 +43,14 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _lib
 from ._lib import Error, Status, library_path
-from ._tensor import (CPU, View, current_device_check, current_stream, current_stream_function, describe,
-                      stream_handle, view)
+from ._tensor import (CPU, View, _torch_raw, _torch_raw_functions, current_device_check, current_stream,
+                      current_stream_function, describe, stream_handle, view)
 
 __all__ = [
     "__version__", "Error", "Status", "F32", "BF16", "WINDOW", "FAST_BOUND", "MAX_PREFILL_ROWS",
     "MAX_DECODE_GROUP", "MAX_PREFILL_GROUP", "Instance", "BuildInfo", "HostOptions", "PlanReport", "Ring",
-    "PrefillPlans", "StateLayout", "Entry", "OUTPUT_KINDS", "ROPE_DIMS", "requests_from_lens", "instances",
+    "PrefillPlans", "StateLayout", "Entry", "OUTPUT_KINDS", "ROPE_DIMS", "entry_workspace_bytes",
+    "requests_from_lens", "instances",
     "find_instance", "build_info", "decode", "prefill", "Decode", "Prefill",
     "check_decode_plans", "check_prefill_plans", "requests", "plan_decode", "plan_prefill", "plan_workspace_size",
     "plan_decode_device", "plan_prefill_device", "decode_group_size", "prefill_group_size", "bf16_from_float",
@@ -151,6 +153,14 @@ def prefill_group_size(num_compress: int, head_dim: int, sm_count: int) -> int:
     """Compress windows per block chosen when windows_per_block is 0 (c128_prefill_group_size)."""
     return _lib.prefill_group_size(_int(num_compress, "num_compress", _INT64), _int(head_dim, "head_dim", _INT32),
                                    _int(sm_count, "sm_count", _INT32))
+
+
+def entry_workspace_bytes(jobs: int, head_dim: int) -> int:
+    """Bytes of a cache-entry launch's workspace (:class:`Entry` ``workspace``) for ``jobs``
+    decode requests (the batch) or compress plans (prefill: len(compress_plans)): a counter and
+    head_dim floats a job (c128_entry_workspace_bytes; -1 for a negative count or a head_dim out
+    of range)."""
+    return _lib.entry_workspace_bytes(_int(jobs, "jobs", _INT64), _int(head_dim, "head_dim", _INT32))
 
 
 # ---- argument checks ------------------------------------------------------------------------------
@@ -383,8 +393,8 @@ class StateLayout(NamedTuple):
 class Entry(NamedTuple):
     """The cache entries a compress event writes instead of a pooled row (c128_entry_args,
     DESIGN 11): RMSNorm, RoPE on the last 64 channels, UE8M0 FP8 of the others, stored into a
-    paged cache, in the decode / prefill compress launch itself (needs sm_90 clusters on the GPU
-    and head_dim <= 512).
+    paged cache, in the decode / prefill compress launch itself (head_dim <= 512). The blocks
+    of a window leave their channels in a workspace; the last to arrive writes the entry.
 
     - ``kind``: ``"dsv4_fp8"`` (FlashMLA's sparse FP8 layout: head_dim - 64 e4m3 codes and 64
       bf16 RoPE values an entry, then the pages' scale bytes) or ``"dsv4_bf16"`` (head_dim bf16
@@ -401,6 +411,23 @@ class Entry(NamedTuple):
     - ``page_bytes``: bytes per page; default: the cache's (its bytes / its first dimension).
       Needed for a 1-D cache. A multiple of 4, at least P entries (FP8 at head_dim 512: 584 P;
       FlashMLA and SGLang round 584 P up to a multiple of 576).
+    - ``workspace``: the launch's scratch, a contiguous tensor of at least
+      :func:`entry_workspace_bytes` (jobs, head_dim) bytes (jobs: the decode batch, or the
+      prefill's compress plans), 16-byte aligned, on the state's device. Zero it once: every
+      launch leaves it all zero (a refused one touches nothing), so one workspace serves any
+      sequence of launches, of any job counts, CUDA graph replays included. One per stream at a
+      time: launches that may run at the same time (on other streams, graphs replayed side by
+      side) need one each. Too small: :class:`Error` C128_ERROR_WORKSPACE_TOO_SMALL; misaligned:
+      C128_ERROR_MISALIGNED.
+      Default (None): the binding's own workspace for the launch's stream (PyTorch or CuPy on
+      the GPU, NumPy on the host, one a thread there), made zeroed on that stream by the first
+      launch that needs it, replaced by one twice as large when a launch needs more, and kept
+      for the process: no allocation once a stream's is large enough. A launch captured in a
+      CUDA graph on a stream whose workspace is missing or too small gets one of its own, made
+      and zeroed in the graph (PyTorch; CuPy refuses); a warm-up launch on the capture stream
+      lets the captures share the stream's. A :class:`Decode` / :class:`Prefill` takes the
+      workspace of the stream that is current when it is bound (host: one of its own); give it
+      one of its own when it is called on another stream alongside cache-entry launches there.
     """
 
     kind: str
@@ -410,6 +437,7 @@ class Entry(NamedTuple):
     entries_per_page: int
     eps: float = 1e-6
     page_bytes: Optional[int] = None
+    workspace: Any = None
 
 
 def _table(t: Any, name: str, stream: int) -> View:
@@ -502,8 +530,10 @@ def _real(value: Any, name: str) -> float:
 
 
 def _entry_bind(dst: _lib.EntryArgs, e: Any, head_dim: int, stream: int, checker: bool,
-                device: Optional[Tuple[str, int]]) -> list:
-    """Fills dst (every field) from an Entry; returns the views to keep alive."""
+                device: Optional[Tuple[str, int]], jobs: int, first: Any, bound: bool) -> list:
+    """Fills dst (every field) from an Entry; returns the views (and the automatic workspace) to
+    keep alive. `jobs`: the launch's decode requests or compress plans; `first`: the state, whose
+    framework makes an automatic workspace; `bound`: for a Decode / Prefill."""
     if not isinstance(e, Entry):
         raise TypeError(f"entry: expected c128.Entry, got {describe(e)}")
     if not isinstance(e.kind, str):
@@ -561,11 +591,144 @@ def _entry_bind(dst: _lib.EntryArgs, e: Any, head_dim: int, stream: int, checker
     dst.cache_pages = pages
     dst.entries_per_page = _int(e.entries_per_page, "entry.entries_per_page", _INT32)
     dst.page_bytes = page_bytes
-    return [w, r, c]
+    keep: list = [w, r, c]
+    dst.workspace, dst.workspace_bytes = None, 0
+    if e.workspace is not None:  # its size and alignment are the library's to refuse (with their statuses)
+        ws = view(e.workspace, "entry.workspace", stream)
+        _contiguous(ws, "entry.workspace")
+        if not checker:
+            _writable(ws, "entry.workspace")
+            _where_read(ws, "entry.workspace", device, False, "")
+        dst.workspace, dst.workspace_bytes = ws.ptr, ws.nbytes
+        keep.append(ws)
+    elif not checker and pages > 0 and device is not None:  # a launch that can write no entry reads none
+        need = _lib.entry_workspace_bytes(jobs, head_dim)
+        if need < 0:
+            raise ValueError(f"entry: no workspace size for {jobs} jobs at head_dim {head_dim}")
+        buf, ptr, size = _entry_workspace(first, device, stream, need, bound)
+        dst.workspace, dst.workspace_bytes = ptr, size
+        keep.append(buf)
+    return keep
+
+
+# ---- cache-entry workspaces (Entry.workspace None) ---------------------------------------------------------
+# Every launch leaves its workspace all zero (a refused one touches nothing), so one workspace, zeroed when
+# made, serves every launch of a stream, of any job count, with its plain pointer and full size: a stream
+# runs its launches one after another.
+_MIN_WORKSPACE = 1 << 16
+# GPU workspaces by (framework, device index, stream handle): (buffer, pointer, bytes), made zeroed on their
+# stream. A launch needing more replaces its stream's by one twice as large (a stream's add up to less than
+# twice its largest). None is freed (_kept holds them all): a remembered launch struct or a captured CUDA
+# graph may still name a replaced one (which stays zero and large enough for them), and a kernel in flight
+# may still use it.
+_workspaces: dict = {}
+_kept: list = []
+# The pointers of workspaces made for single launches captured in a CUDA graph (_torch_workspace): a struct
+# naming one is never remembered, since only the graph's replays zero it.
+_graph_workspaces: set = set()
+_workspace_lock = threading.Lock()
+
+
+def _grown(need: int, old: Optional[tuple]) -> int:
+    """Bytes of a workspace replacing old (None, or too small) for a launch of `need` bytes."""
+    return max(need, 2 * old[2] if old is not None else 0, _MIN_WORKSPACE)
+
+
+def _entry_workspace(first: Any, device: Tuple[str, int], stream: int, need: int, bound: bool) -> tuple:
+    """(buffer, pointer, bytes) of the binding's workspace for a launch of `need` bytes on `stream` (host:
+    the calling thread's, or a bound launch's own)."""
+    if device[0] == CPU:  # the host runner is synchronous: a thread's launches never overlap
+        if bound:  # its own: a Decode / Prefill may be called from any thread
+            return _host_workspace(first, need)
+        got = getattr(_tls, "workspace", None)
+        if got is None or got[2] < need:
+            got = _tls.workspace = _host_workspace(first, _grown(need, got))
+        return got
+    framework = type(first).__module__.partition(".")[0]
+    key = (framework, device[1], stream)
+    got = _workspaces.get(key)
+    if got is None or got[2] < need:
+        with _workspace_lock:  # one maker at a time
+            got = _make_workspace(first, framework, key, need, bound)
+    return got
+
+
+def _make_workspace(first: Any, framework: str, key: tuple, need: int, bound: bool) -> tuple:
+    got = _workspaces.get(key)
+    if got is not None and got[2] >= need:  # another thread made it meanwhile
+        return got
+    if framework == "torch":
+        made, captured = _torch_workspace(key, _grown(need, got), need, bound)
+    elif framework == "cupy":
+        made, captured = _cupy_workspace(key, _grown(need, got)), False
+    else:
+        raise ValueError(f"entry.workspace: c128 makes GPU workspaces with PyTorch or CuPy; for {describe(first)} "
+                         f"tensors pass entry.workspace (c128.entry_workspace_bytes(jobs, head_dim) = {need} bytes, "
+                         f"zeroed once, 16-byte aligned, on the state's device)")
+    _kept.append(made[0])
+    if captured:
+        _graph_workspaces.add(made[1])
+    else:
+        _workspaces[key] = made
+    return made
+
+
+def _host_workspace(first: Any, size: int) -> tuple:
+    try:
+        np = _numpy()
+    except ImportError:
+        np = None
+    if np is None:
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(first, torch.Tensor):
+            raise ImportError("c128: a cache-entry launch on host arrays without entry.workspace needs NumPy")
+        raw = torch.zeros(size + 16, dtype=torch.uint8)
+        base = raw.data_ptr()
+    else:
+        raw = np.zeros(size + 16, np.uint8)
+        base = raw.ctypes.data
+    return raw, base + (-base) % 16, size
+
+
+def _torch_workspace(key: tuple, size: int, need: int, bound: bool) -> Tuple[tuple, bool]:
+    """A workspace of `size` bytes zeroed on the launch's stream (the zeroing ordered before the launch,
+    the memory tied to that stream by PyTorch's allocator), and False. While the stream captures a CUDA
+    graph: one of `need` bytes for this launch alone, made and zeroed in the graph (the zeroing runs
+    when the graph replays, so nothing launched outside the graph may use it), and True."""
+    torch = sys.modules["torch"]
+    index, stream = key[1], key[2]
+    dev = torch.device("cuda", index)
+    with torch.cuda.device(index):
+        s = torch.cuda.current_stream(dev)  # the usual case, a capture's too: PyTorch's own stream object
+        if s.cuda_stream != stream:
+            s = torch.cuda.default_stream(dev) if stream == 0 else torch.cuda.ExternalStream(stream, device=dev)
+        with torch.cuda.stream(s):
+            captured = torch.cuda.is_current_stream_capturing()
+            if captured and bound:
+                raise ValueError("entry.workspace: a Decode / Prefill bound while its stream captures a CUDA graph, "
+                                 "which has no workspace large enough yet (one made now would be zeroed only when "
+                                 "the graph replays): bind it before the capture, or pass entry.workspace")
+            buf = torch.zeros(need if captured else size, dtype=torch.uint8, device=dev)  # 512-byte aligned
+    return (buf, buf.data_ptr(), buf.numel()), captured
+
+
+def _cupy_workspace(key: tuple, size: int) -> tuple:
+    cupy = sys.modules["cupy"]
+    index, stream = key[1], key[2]
+    with cupy.cuda.Device(index):
+        s = cupy.cuda.Stream.null if stream == 0 else cupy.cuda.ExternalStream(stream)
+        capturing = getattr(s, "is_capturing", None)
+        if capturing is not None and stream != 0 and capturing():
+            raise ValueError(f"entry.workspace: stream {stream:#x} is capturing a CUDA graph and has no workspace "
+                             f"large enough yet: launch once on it before capturing, or pass entry.workspace")
+        with s:
+            buf = cupy.zeros(size, cupy.uint8)
+    return buf, int(buf.data.ptr), size
 
 
 def _extras_bind(args: Any, s: View, head_dim: int, index_rows: int, state_layout: Any, output_index: Any,
-                 entry: Any, stream: int, checker: bool, device: Tuple[str, int]) -> list:
+                 entry: Any, stream: int, checker: bool, device: Tuple[str, int], jobs: int, first: Any,
+                 bound: bool) -> list:
     """The new arguments of a launch, every field set (zero where None)."""
     keep: list = []
     if state_layout is not None:
@@ -580,10 +743,26 @@ def _extras_bind(args: Any, s: View, head_dim: int, index_rows: int, state_layou
     else:
         args.output_index = None
     if entry is not None:
-        keep += _entry_bind(args.entry, entry, head_dim, stream, checker, device)
+        keep += _entry_bind(args.entry, entry, head_dim, stream, checker, device, jobs, first, bound)
     else:
         args.entry = _lib.EntryArgs()
     return keep
+
+
+def _check_launch(status: int, function: str, args: Any, jobs: int, detail: Optional[str] = None) -> None:
+    """Raise :class:`Error` unless status is C128_SUCCESS; a cache-entry workspace the library refused
+    is named, with the bytes it needs."""
+    if not status:
+        return
+    e = args.entry
+    if detail is None and e.kind and e.workspace is not None:
+        if status == Status.ERROR_WORKSPACE_TOO_SMALL:
+            need = _lib.entry_workspace_bytes(jobs, args.head_dim)
+            detail = (f"entry.workspace: {e.workspace_bytes} bytes, c128.entry_workspace_bytes({jobs}, "
+                      f"{args.head_dim}) = {need}")
+        elif status == Status.ERROR_MISALIGNED and e.workspace % 16:
+            detail = f"entry.workspace: the data pointer {e.workspace:#x} is not aligned to 16 bytes"
+    raise Error(status, function, detail)
 
 
 class HostOptions(NamedTuple):
@@ -664,6 +843,8 @@ def _op_kwargs(layout: Any, state_layout: Any, output_index: Any, entry: Any, st
     if entry is not None:
         kw.update(entry_kind=entry.kind, norm_weight=entry.norm_weight, rope_table=entry.rope_table, cache=entry.cache,
                   entries_per_page=entry.entries_per_page, eps=float(entry.eps), page_bytes=entry.page_bytes or 0)
+        if entry.workspace is not None:
+            kw["workspace"] = entry.workspace
     return kw
 
 # ---- decode ------------------------------------------------------------------------------------------
@@ -716,7 +897,7 @@ def _torch_cuda_key_extra(tensors: tuple, options: tuple, state_layout: Any, out
     if entry is not None:
         if type(entry) is not Entry:
             return None
-        more += (entry.norm_weight, entry.rope_table, entry.cache)
+        more += (entry.norm_weight, entry.rope_table, entry.cache, entry.workspace)
         entry_fields = (entry.kind, entry.entries_per_page, entry.eps, entry.page_bytes)
     layout, group, pdl = options
     if not (layout is None or type(layout) is tuple) or type(group) is not int:
@@ -875,7 +1056,8 @@ def _output_view(output: Any, entry: Any, stream: int) -> Optional[View]:
 
 def _decode_bind(args: _lib.DecodeArgs, state: Any, input: Any, ape: Any, output: Any, plans: Any, stream: int,
                  layout: Any, requests_per_block: Any, pdl: Any, checker: bool, extended: bool = False,
-                 state_layout: Any = None, output_index: Any = None, entry: Any = None) -> Tuple[bool, tuple]:
+                 state_layout: Any = None, output_index: Any = None, entry: Any = None,
+                 bound: bool = False) -> Tuple[bool, tuple]:
     """Checks and fills args; returns (on the host, the views to keep alive). `extended`: fill the
     state layout, output index and entry fields too (zero where None); without it they are left
     as they are (zero in the structs of calls that never pass them)."""
@@ -900,7 +1082,7 @@ def _decode_bind(args: _lib.DecodeArgs, state: Any, input: Any, ape: Any, output
     keep: tuple = (s, i, a, o, p)
     if extended:
         keep += tuple(_extras_bind(args, s, head_dim, batch, state_layout, output_index, entry, stream, checker,
-                                   s.device))
+                                   s.device, batch, state, bound))
     args.head_dim, args.state_dtype, args.input_dtype, args.output_dtype = head_dim, sd, idt, od
     args.state, args.state_pages = s.ptr, s.shape[0]
     args.input, args.ape = i.ptr, a.ptr
@@ -964,16 +1146,22 @@ def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream:
                                                                  stream):
             return
         hit_key = _hit_key(tensors, (layout, requests_per_block, pdl))
+    launch_stream = None
     if not extended:
         key = _torch_cuda_key((state, input, ape, output, plans), (layout, requests_per_block, pdl))
     else:
         key = _torch_cuda_key_extra((state, input, ape, output, plans), (layout, requests_per_block, pdl),
                                     state_layout, output_index, entry)
+        if key is not None and entry is not None and entry.workspace is None:  # the stream's workspace
+            launch_stream = current_stream(state) if stream is None else stream_handle(stream)
+            key += (launch_stream,)
     if key is not None:
         cached = _launch_cache.get(key)
         if cached is not None:  # the same tensors and options as a checked call: launch its struct
             current_device_check(state, "state")
-            status = _lib.decode(cached, current_stream(state) if stream is None else stream_handle(stream))
+            if launch_stream is None:
+                launch_stream = current_stream(state) if stream is None else stream_handle(stream)
+            status = _lib.decode(cached, launch_stream)
             if status:
                 raise Error(status, "c128_decode")
             return
@@ -985,22 +1173,23 @@ def decode(state: Any, input: Any, ape: Any, output: Any, plans: Any, *, stream:
         if args is None:
             args = _lib.DecodeArgs()
             setattr(_tls, name, args)
-    handle = _resolve_stream(stream, state)
+    handle = _resolve_stream(stream, state) if launch_stream is None else launch_stream
     on_host, keep = _decode_bind(args, state, input, ape, output, plans, handle, layout, requests_per_block, pdl,
                                  False, extended, state_layout, output_index, entry)
     if hit_key is not None:  # a struct of its own, remembered for the same tensor objects
         args = _lib.DecodeArgs.from_buffer_copy(args)
         _explicit_group(args, keep[0].device, True)
         _remember_hit(hit_key, (state, input, ape, output, plans), args, keep[0].device)
-    if key is not None and not on_host:
+    if key is not None and not on_host and args.entry.workspace not in _graph_workspaces:
         _remember(key, args)
     if on_host:
         _host_stream(stream)
         options, message = _host_options(host_options)
-        _lib.check(_lib.decode_host(byref(args), options), "c128_decode_host", _run_detail(message))
+        _check_launch(_lib.decode_host(byref(args), options), "c128_decode_host", args, args.batch,
+                      _run_detail(message))
     else:
         current_device_check(state, "state")
-        _lib.check(_lib.decode(byref(args), handle), "c128_decode")
+        _check_launch(_lib.decode(byref(args), handle), "c128_decode", args, args.batch)
     del keep
 
 
@@ -1011,6 +1200,7 @@ class _Bound:
     _names: Tuple[str, ...] = ()
     _extras = ("state_layout", "output_index", "entry")  # rebindable like the tensors
     _function = ""  # "decode" or "prefill": the C functions c128_<name> and c128_<name>_host
+    _jobs = ""  # the struct's field that counts the jobs of a cache-entry launch (batch, num_compress)
     _launch: Any = None  # _lib's function of that name, and of the host runner
     _run_host: Any = None
 
@@ -1050,11 +1240,14 @@ class _Bound:
         if self._on_host:
             _host_stream(stream)
             options, message = _host_options(host_options)
-            _lib.check(self._run_host(self._ref, options), f"c128_{self._function}_host", _run_detail(message))
+            status = self._run_host(self._ref, options)
+            if status:
+                _check_launch(status, f"c128_{self._function}_host", self._args, getattr(self._args, self._jobs),
+                              _run_detail(message))
             return
         status = self._launch(self._ref, self._stream() if stream is None else stream_handle(stream))
         if status:
-            raise Error(status, f"c128_{self._function}")
+            _check_launch(status, f"c128_{self._function}", self._args, getattr(self._args, self._jobs))
 
 
 class Decode(_Bound):
@@ -1069,6 +1262,7 @@ class Decode(_Bound):
 
     _names = ("state", "input", "ape", "output", "plans")
     _function = "decode"
+    _jobs = "batch"
     _launch = staticmethod(_lib.decode)
     _run_host = staticmethod(_lib.decode_host)
 
@@ -1085,10 +1279,10 @@ class Decode(_Bound):
     def _bind(self) -> None:
         t = self._tensors
         handle = current_stream(t["state"])
-        self._on_host, _ = _decode_bind(self._args, t["state"], t["input"], t["ape"], t["output"], t["plans"], handle,
-                                        self._options["layout"], self._options["requests_per_block"],
-                                        self._options["pdl"], False, True, t["state_layout"], t["output_index"],
-                                        t["entry"])
+        self._on_host, self._keep = _decode_bind(self._args, t["state"], t["input"], t["ape"], t["output"],
+                                                 t["plans"], handle, self._options["layout"],
+                                                 self._options["requests_per_block"], self._options["pdl"], False,
+                                                 True, t["state_layout"], t["output_index"], t["entry"], True)
         _explicit_group(self._args, view(t["state"], "state").device, True)
         self._bound()
 
@@ -1101,7 +1295,7 @@ class Decode(_Bound):
 def _prefill_bind(args: _lib.PrefillArgs, state: Any, input: Any, ape: Any, output: Any, compress_plans: Any,
                   write_plans: Any, stream: int, layout: Any, windows_per_block: Any, pdl: Any,
                   checker: bool, extended: bool = False, state_layout: Any = None, output_index: Any = None,
-                  entry: Any = None) -> Tuple[bool, tuple]:
+                  entry: Any = None, bound: bool = False) -> Tuple[bool, tuple]:
     s, i, a = view(state, "state", stream), view(input, "input", stream), view(ape, "ape", stream)
     o = _output_view(output, entry, stream)
     c, w = view(compress_plans, "compress_plans", stream), view(write_plans, "write_plans", stream)
@@ -1126,7 +1320,7 @@ def _prefill_bind(args: _lib.PrefillArgs, state: Any, input: Any, ape: Any, outp
     keep: tuple = (s, i, a, o, c, w)
     if extended:
         keep += tuple(_extras_bind(args, s, head_dim, i.shape[0], state_layout, output_index, entry, stream, checker,
-                                   s.device))
+                                   s.device, num_compress, state, bound))
     args.head_dim, args.state_dtype, args.input_dtype, args.output_dtype = head_dim, sd, idt, od
     args.state, args.state_pages = s.ptr, s.shape[0]
     args.input, args.input_rows = i.ptr, i.shape[0]
@@ -1182,17 +1376,23 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
                                                                  "c128_prefill", stream):
             return
         hit_key = _hit_key(tensors, (layout, windows_per_block, pdl))
+    launch_stream = None
     if not extended:
         key = _torch_cuda_key((state, input, ape, output, compress_plans, write_plans),
                               (layout, windows_per_block, pdl))
     else:
         key = _torch_cuda_key_extra((state, input, ape, output, compress_plans, write_plans),
                                     (layout, windows_per_block, pdl), state_layout, output_index, entry)
+        if key is not None and entry is not None and entry.workspace is None:  # the stream's workspace
+            launch_stream = current_stream(state) if stream is None else stream_handle(stream)
+            key += (launch_stream,)
     if key is not None:
         cached = _launch_cache.get(key)
         if cached is not None:
             current_device_check(state, "state")
-            status = _lib.prefill(cached, current_stream(state) if stream is None else stream_handle(stream))
+            if launch_stream is None:
+                launch_stream = current_stream(state) if stream is None else stream_handle(stream)
+            status = _lib.prefill(cached, launch_stream)
             if status:
                 raise Error(status, "c128_prefill")
             return
@@ -1204,22 +1404,23 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
         if args is None:
             args = _lib.PrefillArgs()
             setattr(_tls, name, args)
-    handle = _resolve_stream(stream, state)
+    handle = _resolve_stream(stream, state) if launch_stream is None else launch_stream
     on_host, keep = _prefill_bind(args, state, input, ape, output, compress_plans, write_plans, handle, layout,
                                   windows_per_block, pdl, False, extended, state_layout, output_index, entry)
     if hit_key is not None:
         args = _lib.PrefillArgs.from_buffer_copy(args)
         _explicit_group(args, keep[0].device, False)
         _remember_hit(hit_key, (state, input, ape, output, compress_plans, write_plans), args, keep[0].device)
-    if key is not None and not on_host:
+    if key is not None and not on_host and args.entry.workspace not in _graph_workspaces:
         _remember(key, args)
     if on_host:
         _host_stream(stream)
         options, message = _host_options(host_options)
-        _lib.check(_lib.prefill_host(byref(args), options), "c128_prefill_host", _run_detail(message))
+        _check_launch(_lib.prefill_host(byref(args), options), "c128_prefill_host", args, args.num_compress,
+                      _run_detail(message))
     else:
         current_device_check(state, "state")
-        _lib.check(_lib.prefill(byref(args), handle), "c128_prefill")
+        _check_launch(_lib.prefill(byref(args), handle), "c128_prefill", args, args.num_compress)
     del keep
 
 
@@ -1230,6 +1431,7 @@ class Prefill(_Bound):
 
     _names = ("state", "input", "ape", "output", "compress_plans", "write_plans")
     _function = "prefill"
+    _jobs = "num_compress"
     _launch = staticmethod(_lib.prefill)
     _run_host = staticmethod(_lib.prefill_host)
 
@@ -1247,9 +1449,10 @@ class Prefill(_Bound):
     def _bind(self) -> None:
         t = self._tensors
         handle = current_stream(t["state"])
-        self._on_host, _ = _prefill_bind(self._args, *(t[n] for n in self._names), handle, self._options["layout"],
-                                         self._options["windows_per_block"], self._options["pdl"], False, True,
-                                         t["state_layout"], t["output_index"], t["entry"])
+        self._on_host, self._keep = _prefill_bind(self._args, *(t[n] for n in self._names), handle,
+                                                  self._options["layout"], self._options["windows_per_block"],
+                                                  self._options["pdl"], False, True, t["state_layout"],
+                                                  t["output_index"], t["entry"], True)
         _explicit_group(self._args, view(t["state"], "state").device, False)
         self._bound()
 

@@ -67,6 +67,8 @@ class EntryArgs(Structure):
         ("cache_pages", c_int64),
         ("entries_per_page", c_int32),
         ("page_bytes", c_int64),
+        ("workspace", c_void_p),
+        ("workspace_bytes", c_int64),
     ]
 
 
@@ -239,6 +241,7 @@ find_instance = _proto("c128_find_instance", c_int, c_int, c_int, c_int, c_int)
 build_info_get = _proto("c128_build_info_get", c_int, POINTER(BuildInfo))
 decode_group_size = _proto("c128_decode_group_size", c_int32, c_int64, c_int32, c_int32)
 prefill_group_size = _proto("c128_prefill_group_size", c_int32, c_int64, c_int32, c_int32)
+entry_workspace_bytes = _proto("c128_entry_workspace_bytes", c_int64, c_int64, c_int32)
 decode = _proto("c128_decode", c_int, POINTER(DecodeArgs), c_void_p)
 prefill = _proto("c128_prefill", c_int, POINTER(PrefillArgs), c_void_p)
 decode_host = _proto("c128_decode_host", c_int, POINTER(DecodeArgs), POINTER(HostOptions))

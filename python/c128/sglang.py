@@ -225,8 +225,10 @@ def compress_forward_norm_rope_store(kv_score_buffer: Any, kv_score_input: Any, 
     Refused (ValueError naming the argument): head_dim other than 512 (SGLang's head_dim-128 store
     is its indexer cache), ``use_fp4``, ``bf16_store`` (SGLang's BF16 store is unquantised;
     c128's BF16 entry is DeepSeek's dequantised one), and what :func:`compress_forward` refuses.
-    Cache entries need thread-block clusters (sm_90 or newer): c128.Error
-    C128_ERROR_UNSUPPORTED_DEVICE otherwise.
+    Any GPU c128 runs on writes the entries (no clusters are needed). The launch uses the
+    binding's cache-entry workspace of its stream (c128.Entry's ``workspace``, made zeroed by the
+    first such launch on a stream, then reused: no allocation after that; warm up on the capture
+    stream before capturing a CUDA graph).
 
     Numbers: the entry is DeepSeek's reference chain on c128's pooled vector y (DESIGN 11.1): y
     rounded to bf16 before the norm, the normalised z rounded to bf16 before the rotation. SGLang

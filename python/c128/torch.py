@@ -16,8 +16,11 @@ Operators (the keyword-only arguments are those of the Python functions, flatten
 - ``c128::decode_extended``, ``c128::prefill_extended``: the same with the state layout's fields
   (``block_rows``, ``block_table``, ``row_shift``, ``score_plane``, ``score_block_table``,
   ``score_biased``), ``output_index`` and the cache entry's (``entry_kind``, ``norm_weight``,
-  ``rope_table``, ``cache``, ``entries_per_page``, ``eps``, ``page_bytes``) as keyword arguments;
-  ``output`` is None with cache entries. (Two operators each: the dispatcher's time grows with a
+  ``rope_table``, ``cache``, ``entries_per_page``, ``eps``, ``page_bytes``, ``workspace``) as keyword
+  arguments; ``output`` is None with cache entries. ``workspace`` (written: each launch leaves it
+  all zero) is optional: without it the implementation takes the binding's workspace of PyTorch's
+  current stream (c128.Entry), made outside any trace, so compiled graphs and their fake
+  implementations allocate nothing for it. (Two operators each: the dispatcher's time grows with a
   schema's arguments.)
 - ``c128::plan_decode_device``, ``c128::plan_prefill_device``: the device planners, the ring's
   fields as keyword arguments (``state_pages``, ``ring_tokens``, ``speculative``,
@@ -50,7 +53,7 @@ OPS: list = []  # the operator names this module defines
 _LAYOUT = ("int block_rows=0, Tensor? block_table=None, int row_shift=0, Tensor(c!)? score_plane=None, "
            "Tensor? score_block_table=None, bool score_biased=False")
 _ENTRY = ('Tensor? output_index=None, str entry_kind="pooled", Tensor? norm_weight=None, Tensor? rope_table=None, '
-          "Tensor(d!)? cache=None, int entries_per_page=0, float eps=1e-06, int page_bytes=0")
+          "Tensor(d!)? cache=None, int entries_per_page=0, float eps=1e-06, int page_bytes=0, Tensor(e!)? workspace=None")
 _RING = ("int state_pages, int ring_tokens=0, bool speculative=False, Tensor? page_table=None, bool write_all=False, "
          "int block_rows=0, Tensor? block_table=None, int row_shift=0, Tensor? score_plane=None, "
          "Tensor? score_block_table=None, bool score_biased=False, int? null_block=None, int rope_positions=0")
@@ -81,11 +84,11 @@ def _state_layout(block_rows: int, block_table: Any, row_shift: int, score_plane
 
 
 def _entry(kind: str, norm_weight: Any, rope_table: Any, cache: Any, entries_per_page: int, eps: float,
-           page_bytes: int) -> Optional[Entry]:
-    if kind == "pooled" and norm_weight is None and rope_table is None and cache is None:
+           page_bytes: int, workspace: Any = None) -> Optional[Entry]:
+    if kind == "pooled" and norm_weight is None and rope_table is None and cache is None and workspace is None:
         return None
     return Entry(kind=kind, norm_weight=norm_weight, rope_table=rope_table, cache=cache,
-                 entries_per_page=entries_per_page, eps=eps, page_bytes=page_bytes or None)
+                 entries_per_page=entries_per_page, eps=eps, page_bytes=page_bytes or None, workspace=workspace)
 
 
 def _layout(rank: int, size: int, pages_per_rank: int) -> Any:
@@ -117,13 +120,14 @@ def _decode_options(state: Any, input: Any, ape: Any, output: Any, plans: Any, *
             block_table: Any = None, row_shift: int = 0, score_plane: Any = None, score_block_table: Any = None,
             score_biased: bool = False, output_index: Any = None, entry_kind: str = "pooled", norm_weight: Any = None,
             rope_table: Any = None, cache: Any = None, entries_per_page: int = 0, eps: float = 1e-6,
-            page_bytes: int = 0) -> None:
+            page_bytes: int = 0, workspace: Any = None) -> None:
     c128.decode(state, input, ape, output, plans, layout=_layout(rank, size, pages_per_rank),
                 requests_per_block=requests_per_block, pdl=pdl,
                 state_layout=_state_layout(block_rows, block_table, row_shift, score_plane, score_block_table,
                                            score_biased),
                 output_index=output_index,
-                entry=_entry(entry_kind, norm_weight, rope_table, cache, entries_per_page, eps, page_bytes))
+                entry=_entry(entry_kind, norm_weight, rope_table, cache, entries_per_page, eps, page_bytes,
+                             workspace))
 
 
 def _prefill_options(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
@@ -132,13 +136,14 @@ def _prefill_options(state: Any, input: Any, ape: Any, output: Any, compress_pla
              block_rows: int = 0, block_table: Any = None, row_shift: int = 0, score_plane: Any = None,
              score_block_table: Any = None, score_biased: bool = False, output_index: Any = None,
              entry_kind: str = "pooled", norm_weight: Any = None, rope_table: Any = None, cache: Any = None,
-             entries_per_page: int = 0, eps: float = 1e-6, page_bytes: int = 0) -> None:
+             entries_per_page: int = 0, eps: float = 1e-6, page_bytes: int = 0, workspace: Any = None) -> None:
     c128.prefill(state, input, ape, output, compress_plans, write_plans, layout=_layout(rank, size, pages_per_rank),
                  windows_per_block=windows_per_block, pdl=pdl,
                  state_layout=_state_layout(block_rows, block_table, row_shift, score_plane, score_block_table,
                                             score_biased),
                  output_index=output_index,
-                 entry=_entry(entry_kind, norm_weight, rope_table, cache, entries_per_page, eps, page_bytes))
+                 entry=_entry(entry_kind, norm_weight, rope_table, cache, entries_per_page, eps, page_bytes,
+                              workspace))
 
 
 # The dispatcher's cost grows with the schema's arguments (about 3 us for decode's, 12 us with every

@@ -41,11 +41,12 @@ class EntryCase:
     """A decode or prefill case of cases.py with cache entries: a poisoned cache of `pages` pages
     of P entries, output_index a random injection of input rows into entries, gamma, a RoPE table."""
 
-    def __init__(self, name: str, kind: str, mode: str, per_page: int, seed: int, scale: float = 1.0):
+    def __init__(self, name: str, kind: str, mode: str, per_page: int, seed: int, scale: float = 1.0,
+                 fills=None, shapes=None):
         self.inst = inst = _inst(name)
         rng = np.random.default_rng(seed)
-        self.case = decode_case(inst, rng, scale, DECODE_FILLS) if mode == "decode" else \
-            prefill_case(inst, rng, scale, PREFILL_SHAPES)
+        self.case = decode_case(inst, rng, scale, fills or DECODE_FILLS) if mode == "decode" else \
+            prefill_case(inst, rng, scale, shapes or PREFILL_SHAPES)
         self.mode, self.kind, self.per_page, self.d = mode, kind, per_page, inst.head_dim
         rows = len(self.case.input)
         self.pages = -(-2 * rows // per_page)
@@ -71,6 +72,11 @@ class EntryCase:
         else:
             c128.prefill(state, c.input, c.ape, None, *c.plans, output_index=index, entry=self.entry(**entry_changes))
         return state
+
+    @property
+    def jobs(self) -> int:
+        """The launch's jobs: decode plans (the batch) or compress plans."""
+        return len(self.case.plans[0])
 
     def pooled(self) -> Tuple[np.ndarray, np.ndarray]:
         """The same batch with pooled f32 rows (the instance's output dtype): (state, output)."""
@@ -310,3 +316,186 @@ def test_skipped_window_still_persists_its_row(mode: str, cause: str) -> None:
             flat[int(c.plans[0][b]["write_loc"])] = before[int(c.plans[0][b]["write_loc"])]
     rows = np.nonzero((state.view(np.uint8) != expected.view(np.uint8)).reshape(state.shape[0], 128, -1).any(axis=2))
     assert state.tobytes() == expected.tobytes(), f"state rows (page, slot) differ: {list(zip(*rows))[:8]}"
+
+
+# ---- the workspace ------------------------------------------------------------------------------------------
+def _aligned_zeros(nbytes: int, offset: int = 0) -> np.ndarray:
+    """nbytes zero bytes starting `offset` bytes past a 64-byte boundary."""
+    raw = np.zeros(nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    return raw[start:start + nbytes]
+
+
+def _counter_bytes(jobs: int) -> int:
+    return -(-4 * jobs // 16) * 16
+
+
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+def test_given_workspace_refusals(mode: str) -> None:
+    """A given workspace too small or misaligned: c128.Error with C128_ERROR_WORKSPACE_TOO_SMALL /
+    C128_ERROR_MISALIGNED, naming entry.workspace and the bytes it needs; read-only or strided: a
+    ValueError naming it; over the state or the input: C128_ERROR_ALIASED. Nothing is written by a
+    refused launch; the plan checker reads no workspace."""
+    ec = EntryCase("h512_bf16_f32_f32", "dsv4_fp8", mode, 8, seed=41)
+    need = c128.entry_workspace_bytes(ec.jobs, 512)
+    assert need == _counter_bytes(ec.jobs) + 4 * 512 * ec.jobs
+    fn = "c128_decode_host" if mode == "decode" else "c128_prefill_host"
+
+    def refused(workspace, status=None, exc=c128.Error, match=None, state=None):
+        state = ec.case.state.copy() if state is None else state
+        before = state.copy()
+        with pytest.raises(exc, match=match) as info:
+            ec.run(state=state, workspace=workspace)
+        assert state.tobytes() == before.tobytes(), "a refused launch wrote the state"
+        assert (ec.cache == POISON).all(), "a refused launch wrote the cache"
+        if status is not None:
+            assert info.value.status == status and info.value.function == fn, info.value
+        return info.value
+
+    for short in (need - 4, need - 16, 16, 0):
+        e = refused(_aligned_zeros(short), c128.Status.ERROR_WORKSPACE_TOO_SMALL)
+        assert e.detail == f"entry.workspace: {short} bytes, c128.entry_workspace_bytes({ec.jobs}, 512) = {need}", e
+    for offset in (4, 8, 12):
+        ws = _aligned_zeros(need + 16, offset)
+        e = refused(ws, c128.Status.ERROR_MISALIGNED)
+        assert e.detail == f"entry.workspace: the data pointer {ws.ctypes.data:#x} is not aligned to 16 bytes"
+    refused(np.frombuffer(bytes(need), np.uint8), exc=ValueError, match="^entry.workspace: the tensor is read-only")
+    refused(np.zeros(2 * need, np.uint8)[::2], exc=ValueError, match="^entry.workspace: expected a contiguous")
+    refused("workspace", exc=TypeError, match="^entry.workspace: expected a tensor")
+    state = ec.case.state.copy()
+    refused(state.reshape(-1).view(np.uint8)[256:256 + need], c128.Status.ERROR_ALIASED, state=state)
+    x = np.zeros(ec.case.input.nbytes + need, np.uint8)  # the input, then (overlapping its tail) the workspace
+    x[:ec.case.input.nbytes] = ec.case.input.reshape(-1).view(np.uint8)
+    ec.case.input = x[:ec.case.input.nbytes].view(ec.case.input.dtype).reshape(ec.case.input.shape)
+    refused(x[ec.case.input.nbytes - 64:ec.case.input.nbytes - 64 + need], c128.Status.ERROR_ALIASED)
+    # a workspace of exactly `need` bytes, even of another dtype, is taken
+    ec.run(workspace=_aligned_zeros(need).view(np.float32))
+    assert ec.check() == []
+    c = ec.case
+    check = c128.check_decode_plans if mode == "decode" else c128.check_prefill_plans
+    assert check(c.state, c.input, c.ape, None, *c.plans[:1 if mode == "decode" else 2], output_index=ec.index,
+                 entry=ec.entry(workspace=_aligned_zeros(4))).ok
+
+
+@pytest.mark.parametrize("kind", ["dsv4_fp8", "dsv4_bf16"])
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+def test_given_workspace_left_all_zero(kind: str, mode: str) -> None:
+    """A zeroed workspace given to a launch: the entries are right and the whole workspace is zero
+    again afterwards (counters and rows), so the same workspace serves the next launch (another
+    batch, other random data and plans), which writes the same bytes as with the binding's workspace."""
+    fills = [127, 3, 127, 60, 126, 127]
+    shapes = [(0, 300), (127, 1), (64, 200), (5, 3), (130, 254)]
+    cases = [EntryCase("h256_f32_bf16_f32", kind, mode, 4, seed=s, fills=fills, shapes=shapes) for s in (51, 52)]
+    jobs = cases[0].jobs
+    assert cases[1].jobs == jobs and len(cases[0].windows) >= 3
+    ws = _aligned_zeros(c128.entry_workspace_bytes(jobs, 256))
+    for ec in cases:
+        ec.run(workspace=ws)
+        assert ec.check() == []
+        assert not ws.any(), "the launch left its workspace non-zero"
+        given = ec.cache.copy()
+        ec.cache[...] = POISON
+        ec.run()
+        assert ec.cache.tobytes() == given.tobytes()
+
+
+def test_given_workspace_across_job_counts(checked) -> None:
+    """One zeroed workspace given to launches of other job counts in turn (more jobs, then fewer,
+    decode and prefill, two head_dims, FP8 and BF16): each writes the same cache and state bytes as
+    with a fresh zeroed workspace of its own exact size, and leaves the workspace all zero. (Rows
+    left non-zero would break this: a launch of more jobs would count where the last left a row.)"""
+    runs = [("h512_f32_f32_f32", "dsv4_fp8", "decode", [127, 0, 127]),
+            ("h512_f32_f32_f32", "dsv4_fp8", "decode", [127, 126, 127, 64, 127, 1, 127, 127] * 2),
+            ("h512_bf16_f32_f32", "dsv4_bf16", "prefill", [(0, 300), (127, 1), (64, 64)]),
+            ("h256_f32_bf16_f32", "dsv4_fp8", "decode", [127, 5] * 10),
+            ("h512_f32_f32_f32", "dsv4_fp8", "prefill", PREFILL_SHAPES + [(3, 700)]),
+            ("h512_f32_f32_f32", "dsv4_fp8", "decode", [127, 127])]
+    cases = [EntryCase(name, kind, mode, 8, seed=110 + k, fills=layout if mode == "decode" else None,
+                       shapes=layout if mode == "prefill" else None)
+             for k, (name, kind, mode, layout) in enumerate(runs)]
+    jobs = [ec.jobs for ec in cases]
+    assert len(set(jobs)) >= 5 and all(ec.windows for ec in cases)
+    assert any(a > b for a, b in zip(jobs, jobs[1:])) and any(a < b for a, b in zip(jobs, jobs[1:]))
+    fresh = []
+    for ec in cases:  # each on a fresh workspace of exactly its size
+        state = ec.run(workspace=_aligned_zeros(c128.entry_workspace_bytes(ec.jobs, ec.d)))
+        assert ec.check() == []
+        fresh.append((state.tobytes(), ec.cache.tobytes()))
+        ec.cache[...] = POISON
+    ws = _aligned_zeros(max(c128.entry_workspace_bytes(ec.jobs, ec.d) for ec in cases))
+    for _ in range(2):
+        for ec, (state, cache) in zip(cases, fresh):
+            got = ec.run(workspace=ws)
+            assert got.tobytes() == state and ec.cache.tobytes() == cache, (ec.mode, ec.jobs, ec.d)
+            assert not ws.any(), f"a launch of {ec.jobs} jobs left the workspace non-zero"
+            ec.cache[...] = POISON
+    checked(f"cache-entry workspace (host runner): one given workspace serves {len(jobs)} launches of "
+            f"{len(set(jobs))} job counts in turn ({jobs}), twice: bytes equal to fresh workspaces', all zero "
+            "after each")
+
+
+def test_automatic_workspace_across_job_counts(checked) -> None:
+    """The binding's workspace serves successive launches of other job counts (decode batches of 3,
+    8, 2 and 20 requests, prefills of other compress-plan counts, two head_dims, FP8 and BF16, bound
+    Decode / Prefill objects in between): every entry is right each time, and the thread's workspace
+    is all zero afterwards."""
+    runs = [("h512_f32_f32_f32", "dsv4_fp8", "decode", [127, 0, 127]),
+            ("h512_f32_f32_f32", "dsv4_fp8", "decode", [127, 126, 127, 64, 127, 1, 127, 127]),
+            ("h512_bf16_f32_f32", "dsv4_bf16", "prefill", [(0, 300), (127, 1), (64, 64)]),
+            ("h512_f32_f32_f32", "dsv4_fp8", "decode", [127, 127]),
+            ("h512_f32_f32_f32", "dsv4_fp8", "prefill", PREFILL_SHAPES + [(3, 700)]),
+            ("h256_f32_bf16_f32", "dsv4_fp8", "decode", [127, 5] * 10),
+            ("h512_f32_f32_f32", "dsv4_fp8", "decode", [127, 0, 127])]
+    seen = set()
+    bound = None
+    for k, (name, kind, mode, layout) in enumerate(runs):
+        ec = EntryCase(name, kind, mode, 8, seed=60 + k, fills=layout if mode == "decode" else None,
+                       shapes=layout if mode == "prefill" else None)
+        assert ec.windows
+        seen.add(ec.jobs)
+        state = ec.run()
+        assert ec.check() == [], (k, name, mode, ec.jobs)
+        assert state.tobytes() == ec.case.expected_state.tobytes()
+        if bound is not None:  # a bound launch of another job count, between the plain ones
+            b_ec, b = bound
+            b_ec.cache[...] = POISON
+            b.rebind(state=b_ec.case.state.copy())
+            b()
+            assert b_ec.check() == []
+        if k == 1:
+            c = ec.case
+            ec2 = EntryCase(name, kind, mode, 8, seed=60 + k, fills=layout)
+            bound = (ec2, c128.Decode(ec2.case.state.copy(), c.input, c.ape, None, c.plans[0], output_index=ec2.index,
+                                      entry=ec2.entry()))
+    assert len(seen) >= 5
+    raw, ptr, size = c128._tls.workspace
+    assert ptr % 16 == 0 and raw.ctypes.data <= ptr and ptr + size <= raw.ctypes.data + raw.nbytes
+    assert not raw.any(), "the thread's workspace was left non-zero"
+    checked(f"cache-entry workspace (host runner): a given one too small / misaligned refused with "
+            f"WORKSPACE_TOO_SMALL / MISALIGNED, all zero after each launch; the binding's own serves "
+            f"launches of {len(seen)} job counts in turn")
+
+
+def test_automatic_workspace_per_thread() -> None:
+    """Threads running the host runner at the same time (ctypes releases the GIL) each get a
+    workspace of their own: every launch of four threads writes the right entries."""
+    import threading
+
+    cases = [EntryCase("h512_f32_f32_f32", "dsv4_fp8", mode, 8, seed=70 + k)
+             for k, mode in enumerate(["decode", "prefill", "decode", "prefill"])]
+    problems: list = []
+    barrier = threading.Barrier(len(cases))
+
+    def work(ec: EntryCase) -> None:
+        barrier.wait()
+        for _ in range(3):
+            ec.cache[...] = POISON
+            ec.run()
+            problems.extend(ec.check())
+
+    threads = [threading.Thread(target=work, args=(ec,)) for ec in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert problems == []

@@ -461,17 +461,12 @@ def test_torch_entries(kind: str, mode: str, checked) -> None:
     for _ in range(2):  # the second call launches the cached struct
         t["cache"].fill_(POISON)
         state = t["state"].clone()
-        try:
-            if mode == "decode":
-                c128.decode(state, t["input"], t["ape"], None, plans[0], output_index=t["index"],
-                            entry=entry._replace(cache=t["cache"]))
-            else:
-                c128.prefill(state, t["input"], t["ape"], None, *plans, output_index=t["index"],
-                             entry=entry._replace(cache=t["cache"]))
-        except c128.Error as e:
-            if e.status == c128.Status.ERROR_UNSUPPORTED_DEVICE:
-                pytest.skip("cache entries need sm_90 clusters")
-            raise
+        if mode == "decode":
+            c128.decode(state, t["input"], t["ape"], None, plans[0], output_index=t["index"],
+                        entry=entry._replace(cache=t["cache"]))
+        else:
+            c128.prefill(state, t["input"], t["ape"], None, *plans, output_index=t["index"],
+                         entry=entry._replace(cache=t["cache"]))
         torch.cuda.synchronize()
         gpu.cache[...] = to_numpy(torch, t["cache"])
         assert to_numpy(torch, state).tobytes() == host_state.tobytes()
@@ -481,6 +476,192 @@ def test_torch_entries(kind: str, mode: str, checked) -> None:
     if (kind, mode) == ("dsv4_bf16", "prefill"):
         checked(f"GPU cache entries (PyTorch): FP8 and BF16, decode and prefill within DESIGN 11.4 of the NumPy "
                 f"reference{', bit for bit the host runner' if EXACT else ''}")
+
+
+def _gpu_tensors(torch: Any, ec: Any) -> dict:
+    """An EntryCase's tensors on the GPU, made once (so that repeated launches are the same tensors)."""
+    if not hasattr(ec, "gpu"):
+        c = ec.case
+        ec.gpu = {n: to_torch(torch, a) for n, a in (("input", c.input), ("ape", c.ape), ("index", ec.index),
+                                                   ("gamma", ec.gamma), ("rope", ec.rope), ("cache", ec.cache),
+                                                   ("state", c.state), ("pristine", c.state))}
+        ec.gpu["plans"] = [to_torch(torch, p) for p in c.plans]
+    return ec.gpu
+
+
+def _gpu_entry(torch: Any, ec: Any, workspace: Any = None) -> Any:
+    g = _gpu_tensors(torch, ec)
+    return c128.Entry(kind=ec.kind, norm_weight=g["gamma"], rope_table=g["rope"], cache=g["cache"],
+                      entries_per_page=ec.per_page, eps=1e-6, workspace=workspace)
+
+
+def _gpu_launch(torch: Any, ec: Any, workspace: Any = None, stream: Any = None) -> None:
+    """ec's launch on the GPU (on `stream`, or the current one), its cache poisoned and its state restored
+    first on the current stream."""
+    g = _gpu_tensors(torch, ec)
+    g["cache"].fill_(0xA5)
+    g["state"].copy_(g["pristine"])
+    if stream is not None:
+        stream.wait_stream(torch.cuda.current_stream())
+    fn = c128.decode if ec.mode == "decode" else c128.prefill
+    fn(g["state"], g["input"], g["ape"], None, *g["plans"][:1 if ec.mode == "decode" else 2], output_index=g["index"],
+       entry=_gpu_entry(torch, ec, workspace), stream=stream)
+    if stream is not None:
+        torch.cuda.current_stream().wait_stream(stream)
+
+
+def _gpu_check(torch: Any, ec: Any) -> list:
+    """ec's entries on the GPU against the NumPy reference, nothing else of its cache written, its state as the
+    host runner writes it."""
+    torch.cuda.synchronize()
+    g = _gpu_tensors(torch, ec)
+    ec.cache[...] = to_numpy(torch, g["cache"])
+    problems = ec.check()
+    if to_numpy(torch, g["state"]).tobytes() != ec.case.expected_state.tobytes():
+        problems.append("the state differs from the host runner's")
+    return problems
+
+
+def _entry_cases(modes_and_layouts: list, seed: int) -> list:
+    from test_entries import EntryCase
+
+    out = []
+    for k, (mode, layout) in enumerate(modes_and_layouts):
+        out.append(EntryCase("h512_f32_f32_f32", "dsv4_fp8", mode, 8, seed=seed + k,
+                             fills=layout if mode == "decode" else None, shapes=layout if mode == "prefill" else None))
+    return out
+
+
+_JOB_COUNTS = [("decode", [127, 0, 127]), ("decode", [127, 126, 127, 64, 127, 1, 127, 127] * 3),
+               ("prefill", [(0, 300), (127, 1)]), ("decode", [127, 127]), ("prefill", PREFILL_SHAPES)]
+
+
+def test_torch_entry_workspace_given(checked) -> None:
+    """A given workspace on the GPU: too small or misaligned, c128.Error with C128_ERROR_WORKSPACE_TOO_SMALL /
+    C128_ERROR_MISALIGNED, the cache and the workspace untouched; in host memory, a ValueError naming it;
+    zeroed and big enough, one workspace shared by launches of other job counts in turn (each twice, the
+    second through the remembered launch): the entries right and the workspace all zero after each."""
+    torch = _torch()
+    cases = _entry_cases(_JOB_COUNTS, 81)
+    assert len({ec.jobs for ec in cases}) == len(cases)
+    for ec in cases[:2]:
+        need = c128.entry_workspace_bytes(ec.jobs, 512)
+        for bad, status in ((torch.zeros(need - 4, dtype=torch.uint8, device="cuda"), "WORKSPACE_TOO_SMALL"),
+                            (torch.zeros(need + 16, dtype=torch.uint8, device="cuda")[8:], "MISALIGNED")):
+            with pytest.raises(c128.Error) as e:
+                _gpu_launch(torch, ec, bad)
+            assert e.value.status == c128.Status["ERROR_" + status] and "entry.workspace" in e.value.detail, e.value
+            torch.cuda.synchronize()
+            assert (to_numpy(torch, _gpu_tensors(torch, ec)["cache"]) == 0xA5).all()
+            assert not bad.any().item(), "a refused launch wrote its workspace"
+        with pytest.raises(ValueError, match="^entry.workspace: on host, but state is on cuda:"):
+            _gpu_launch(torch, ec, np.zeros(need, np.uint8))
+    ws = torch.zeros(max(c128.entry_workspace_bytes(ec.jobs, 512) for ec in cases), dtype=torch.uint8, device="cuda")
+    for _ in range(2):
+        for ec in cases:
+            for _ in range(2):
+                _gpu_launch(torch, ec, ws)
+                assert _gpu_check(torch, ec) == [], (ec.mode, ec.jobs)
+                assert not ws.any().item(), f"a launch of {ec.jobs} jobs left the workspace non-zero"
+    checked(f"GPU cache-entry workspace (PyTorch): a given one too small / misaligned refused with its status; one "
+            f"serves {len(cases)} job counts in turn, all zero after each launch")
+
+
+def test_torch_entry_workspace_automatic(checked) -> None:
+    """The binding's workspace on the GPU: launches of five job counts in turn, each twice (the second through
+    the remembered launch), a bound Decode between them, then the same on a side stream (current, and as
+    stream=): every entry right; one workspace a stream; nothing allocated once each stream has its own."""
+    torch = _torch()
+    cases = _entry_cases(_JOB_COUNTS, 90)
+    assert len({ec.jobs for ec in cases}) == len(cases)
+    first = cases[1]
+    g = _gpu_tensors(torch, first)
+    bound = c128.Decode(g["state"], g["input"], g["ape"], None, g["plans"][0], output_index=g["index"],
+                        entry=_gpu_entry(torch, first))
+    side = torch.cuda.Stream()
+    for where in ("current", "side current", "side argument", "current again"):
+        for ec in cases:
+            for _ in range(2):
+                if where == "side current":
+                    with torch.cuda.stream(side):
+                        _gpu_launch(torch, ec)
+                else:
+                    _gpu_launch(torch, ec, stream=side if where == "side argument" else None)
+                assert _gpu_check(torch, ec) == [], (where, ec.mode, ec.jobs)
+            g["cache"].fill_(0xA5)
+            g["state"].copy_(g["pristine"])
+            bound()
+            assert _gpu_check(torch, first) == [], (where, "bound")
+        if where == "side argument":
+            before = _memory(torch)
+    assert _memory(torch) == before, "launches allocated device memory once their streams had workspaces"
+    streams = {key[2] for key in c128._workspaces if key[0] == "torch"}
+    assert {torch.cuda.current_stream().cuda_stream, side.cuda_stream} <= streams
+    checked(f"GPU cache-entry workspace (PyTorch): the binding's serves {len(cases)} job counts in turn, remembered "
+            f"and bound launches, two streams; no allocation after the first launches")
+
+
+def test_torch_entries_in_cuda_graphs(checked) -> None:
+    """Cache-entry launches captured on a stream that ran none before (each then gets a workspace of its
+    own, made and zeroed in the graph, and is not remembered) and on a warmed-up stream (its workspace,
+    nothing made): replays of the graphs, in any order, with eager launches of other job counts between
+    them, write the right entries, leave every workspace all zero and allocate nothing."""
+    torch = _torch()
+    cases = _entry_cases(_JOB_COUNTS[:4], 100)
+    a, b, other, warm = cases
+    fresh = []
+    for _ in range(64):  # streams with no workspace yet (PyTorch hands out pooled streams)
+        s = torch.cuda.Stream()
+        if ("torch", torch.cuda.current_device(), s.cuda_stream) not in c128._workspaces:
+            fresh.append(s)
+            if len(fresh) == 2:
+                break
+    assert len(fresh) == 2
+    capture, warmed = fresh
+    _gpu_launch(torch, warm, stream=warmed)  # the warm-up: the stream's workspace, large enough for the captures
+    _gpu_launch(torch, a, stream=warmed)
+    assert _gpu_check(torch, a) == []
+    graphs = []
+    made = set(c128._graph_workspaces)
+    kept = len(c128._kept)
+    for ec, stream in ((a, capture), (b, capture), (a, warmed)):
+        _gpu_tensors(torch, ec)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            g = ec.gpu
+            fn = c128.decode if ec.mode == "decode" else c128.prefill
+            fn(g["state"], g["input"], g["ape"], None, *g["plans"][:1 if ec.mode == "decode" else 2],
+               output_index=g["index"], entry=_gpu_entry(torch, ec))
+        graphs.append((ec, graph))
+    made = c128._graph_workspaces - made
+    assert len(made) == 2, "the captures on the fresh stream did not make a workspace each"
+    assert len(c128._kept) == kept + 2, "the capture on the warmed-up stream made a workspace"
+    assert not made & {ref._obj.entry.workspace for ref in c128._launch_cache.values()}, "a graph's one remembered"
+    buffers = [buf for buf in c128._kept if isinstance(buf, torch.Tensor) and buf.data_ptr() in made]
+    assert len(buffers) == 2
+    buffers.append(c128._workspaces[("torch", torch.cuda.current_device(), warmed.cuda_stream)][0])
+    _gpu_launch(torch, other)  # the current stream's workspace
+    assert _gpu_check(torch, other) == []
+    before = _memory(torch)
+    for order in ((0, 1, 2), (2, 1, 0), (0, 0, 1, 1, 2, 2)):
+        for k in order:
+            ec, graph = graphs[k]
+            ec.gpu["cache"].fill_(0xA5)
+            ec.gpu["state"].copy_(ec.gpu["pristine"])
+            graph.replay()
+            assert _gpu_check(torch, ec) == [], (order, k)
+            _gpu_launch(torch, other)
+            assert _gpu_check(torch, other) == []
+    assert _memory(torch) == before, "replays or eager launches allocated device memory"
+    for ec, graph in graphs:  # (.any() allocates its result: checked after the count)
+        ec.gpu["cache"].fill_(0xA5)
+        ec.gpu["state"].copy_(ec.gpu["pristine"])
+        graph.replay()
+        assert _gpu_check(torch, ec) == []
+        assert not any(buf.any().item() for buf in buffers), "a replay left a workspace non-zero"
+    checked("GPU cache entries in CUDA graphs: captured on a fresh stream (a workspace of each launch's own, made in "
+            "the graph) and on a warmed-up one (its workspace), replayed in any order between eager launches of other "
+            "job counts: right entries, workspaces all zero, no allocation")
 
 
 @pytest.mark.parametrize("layout_name", ["table8", "table32_planes", "table8_biased"])
@@ -531,13 +712,8 @@ def test_torch_fused_drop_in() -> None:
         g["freq_cis"] = torch.from_numpy(kw["freq_cis"]).cuda()
         gplan = type(plan)(128, *[to_torch(torch, np.ascontiguousarray(p)) for p in plan[1:3] if p is not None])
         args = dict(kw, **g)
-        try:
-            compress_forward_norm_rope_store(to_torch(torch, case.state), to_torch(torch, case.input),
-                                             to_torch(torch, case.ape), gplan, head_dim=512, **args)
-        except c128.Error as e:
-            if e.status == c128.Status.ERROR_UNSUPPORTED_DEVICE:
-                pytest.skip("cache entries need sm_90 clusters")
-            raise
+        compress_forward_norm_rope_store(to_torch(torch, case.state), to_torch(torch, case.input),
+                                         to_torch(torch, case.ape), gplan, head_dim=512, **args)
         torch.cuda.synchronize()
         kw["kvcache"][...] = to_numpy(torch, g["kvcache"])
         assert _check_sglang_entries(case, mode, kw, table) == []

@@ -54,12 +54,31 @@ def test_instances() -> None:
 
 
 def test_statuses() -> None:
-    assert [s.value for s in c128.Status] == list(range(31))
+    assert [s.value for s in c128.Status] == list(range(32))
     assert c128.Status.SUCCESS == 0 and c128.Status.ERROR_ALIASED == 23 and c128.Status.ERROR_PAGE_SHARED == 24
     assert c128.Status.ERROR_INVALID_STATE_LAYOUT == 25 and c128.Status.ERROR_ROPE_TABLE_TOO_SHORT == 29
-    assert c128.Status.ERROR_INVALID_PDL == 30
+    assert c128.Status.ERROR_INVALID_PDL == 30 and c128.Status.ERROR_WORKSPACE_TOO_SMALL == 31
+    # kept in the enumeration, never returned since the cache entries stopped using clusters
+    assert c128.Status.ERROR_UNSUPPORTED_DEVICE == 27 and "not returned" in _lib.STATUS_TEXT[27]
+    assert _lib.status_string(32).decode().startswith("unknown")
     for s in c128.Status:
         assert _lib.STATUS_TEXT[s].startswith(f"C128_{s.name}: ")
+
+
+def test_entry_workspace_bytes() -> None:
+    """A counter a job, rounded up to 16 bytes, then head_dim floats a job; -1 where the C function
+    refuses (a negative count, a head_dim that is no multiple of 64 in 64..65536, a size past int64)."""
+    rng = np.random.default_rng(17)
+    for jobs in [0, 1, 2, 3, 4, 5, 17, 4096, 65536] + [int(j) for j in rng.integers(0, 1 << 20, 8)]:
+        for d in (64, 128, 256, 448, 512, 576, 65536):
+            assert c128.entry_workspace_bytes(jobs, d) == -(-4 * jobs // 16) * 16 + 4 * d * jobs, (jobs, d)
+    assert c128.entry_workspace_bytes(np.int64(3), 512) == 16 + 3 * 2048
+    for jobs, d in ((-1, 512), (1, 0), (1, 96), (1, 65536 + 64), (1, -64), (2**62, 512)):
+        assert c128.entry_workspace_bytes(jobs, d) == -1, (jobs, d)
+    with pytest.raises(ValueError, match="^jobs: "):
+        c128.entry_workspace_bytes(2**63, 512)
+    with pytest.raises(TypeError, match="^head_dim: "):
+        c128.entry_workspace_bytes(1, "512")
 
 
 def test_group_sizes() -> None:

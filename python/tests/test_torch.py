@@ -69,6 +69,8 @@ def test_registered() -> None:
     schema = str(OPS.decode_extended.default._schema)
     assert schema.startswith("c128::decode_extended(Tensor(a!) state, Tensor input, Tensor ape, Tensor(b!)? output, ")
     assert "Tensor(c!)? score_plane" in schema and "Tensor(d!)? cache" in schema and schema.endswith("-> ()")
+    assert "Tensor(e!)? workspace=None" in schema
+    assert "Tensor(e!)? workspace=None" in str(OPS.prefill_extended.default._schema)
 
 
 # ---- opcheck, CPU ---------------------------------------------------------------------------------------------
@@ -105,7 +107,19 @@ def test_opcheck_layout_index_entry() -> None:
         kw = dict(output_index=to_t(e.index), entry_kind="dsv4_fp8", norm_weight=to_t(e.gamma), rope_table=to_t(e.rope),
                   cache=to_t(e.cache), entries_per_page=8)
         args = (to_t(c.state), to_t(c.input), to_t(c.ape), None, *[to_t(p) for p in c.plans])
-        _opcheck(OPS.decode_extended.default if mode == "decode" else OPS.prefill_extended.default, args, kw)
+        op = OPS.decode_extended.default if mode == "decode" else OPS.prefill_extended.default
+        _opcheck(op, args, kw)
+        # a given workspace (zero, and all zero again after each launch)
+        need = c128.entry_workspace_bytes(len(c.plans[0]), 512)
+        ws = torch.zeros(need, dtype=torch.uint8)
+        _opcheck(op, args, dict(kw, workspace=ws))
+        assert not ws.any()
+        cache = to_t(e.cache)
+        op(*args, **dict(kw, cache=cache, workspace=ws))
+        e.run()
+        assert cache.numpy().tobytes() == e.cache.tobytes()  # the binding's own workspace: the same entries
+        with pytest.raises(c128.Error, match="WORKSPACE_TOO_SMALL"):
+            op(*args, **dict(kw, cache=cache, workspace=ws[:need - 16]))
 
 
 def test_opcheck_device_planners() -> None:
@@ -218,6 +232,48 @@ def test_compiled_equals_eager(how: str, checked) -> None:
     if how == "sglang":
         checked("torch.compile(fullgraph=True) (CPU): decode + prefill through c128.decode / prefill, torch.ops.c128, "
                 "bound Decode / Prefill and the SGLang drop-in: no graph break, bit for bit the eager calls")
+
+
+@pytest.mark.parametrize("workspace", ["automatic", "given"])
+def test_compiled_entries(workspace: str) -> None:
+    """Cache-entry decode and prefill launches under torch.compile(fullgraph=True), with the binding's
+    workspace or a given one that both share (their job counts differ): the eager calls' cache bytes,
+    and those are right (the NumPy reference); the given workspace is all zero after each run."""
+    from test_entries import POISON, EntryCase
+
+    cases = [EntryCase("h512_f32_f32_f32", "dsv4_fp8", mode, 8, seed=31 + k) for k, mode in
+             enumerate(["decode", "prefill"])]
+    ws = None
+    if workspace == "given":
+        assert cases[0].jobs != cases[1].jobs
+        ws = torch.zeros(max(c128.entry_workspace_bytes(e.jobs, 512) for e in cases), dtype=torch.uint8)
+    t = []
+    for e in cases:
+        c = e.case
+        t.append(dict(state=to_t(c.state), x=to_t(c.input), ape=to_t(c.ape), plans=[to_t(p) for p in c.plans],
+                      entry=c128.Entry(kind="dsv4_fp8", norm_weight=to_t(e.gamma), rope_table=to_t(e.rope),
+                                       cache=to_t(e.cache), entries_per_page=8, workspace=ws),
+                      index=to_t(e.index)))
+
+    def step(d, p):
+        c128.decode(d["state"], d["x"], d["ape"], None, d["plans"][0], output_index=d["index"], entry=d["entry"])
+        c128.prefill(p["state"], p["x"], p["ape"], None, *p["plans"], output_index=p["index"], entry=p["entry"])
+
+    compiled = _compile(step)
+    compiled(*t)
+    for e, d in zip(cases, t):
+        e.run()
+        assert d["entry"].cache.numpy().tobytes() == e.cache.tobytes()
+        assert e.check() == []
+        assert d["state"].numpy().tobytes() == e.case.expected_state.tobytes()
+        if workspace == "given":
+            assert not d["entry"].workspace.any()
+        d["entry"].cache.fill_(POISON)
+        d["state"].copy_(to_t(e.case.state))
+    compiled(*t)  # again: the compiled graph's second run
+    for e, d in zip(cases, t):
+        assert d["entry"].cache.numpy().tobytes() == e.cache.tobytes()
+    assert ws is None or not ws.any()
 
 
 def test_compiled_planner_and_decode() -> None:
