@@ -269,7 +269,7 @@
 #define C128_MAX_PREFILL_GROUP C128_WARP_THREADS            /* compress windows per block */
 #define C128_MAX_HEAD_DIM 65536                             /* keeps every element offset of a row in int */
 #define C128_ROPE_DIMS 64       /* cache entries: the last 64 channels are rotated, the others FP8 */
-#define C128_MAX_ENTRY_SPLITS 8 /* cache entries: head_dim <= 512, the row a block stages */
+#define C128_MAX_ENTRY_SPLITS 8 /* cache entries: a warp writes a split's part, head_dim <= 512 */
 /* Largest |GPU - host runner| of a C128_MATH_FAST output, per unit of (1 + max |kv|) (NUMERICS). */
 #define C128_FAST_BOUND 4e-6
 
@@ -769,11 +769,9 @@ C128_API c128_status c128_plan_decode_device_host(const c128_device_plan_args *a
 #define C128__ALL_LANES 0xFFFFFFFFu
 #ifdef __CUDA_ARCH__
 #define C128__UNROLL _Pragma("unroll")
-#define C128__UNROLL_2 _Pragma("unroll 2")
 #define C128__NO_UNROLL _Pragma("unroll 1")
 #else
 #define C128__UNROLL
-#define C128__UNROLL_2
 #define C128__NO_UNROLL
 #endif
 #define C128__LAST_ROW (C128_WINDOW - 1)
@@ -1406,14 +1404,16 @@ typedef struct c128__rows {
 /* What a block of a layout or cache-entry kernel keeps beside its list (DESIGN 5.9, 11): per
    listed window, each warp's first state row in each plane (its rows lie in one block: blocks
    hold a multiple of 8 rows); in cache-entry kernels the window's cache entry and position (its
-   c128__window.out_row is then the job, its row of the workspace), and the pooled vector and
-   gamma staged by the warp that writes an entry. */
+   c128__window.out_row is then the job, its row of the workspace), whether this block was the
+   last of its splits to arrive; for the last two folded windows the block's own 64 channels,
+   and for the last two staged ones the whole pooled vector. */
 #define C128__ENTRY_FLOATS (C128_MAX_ENTRY_SPLITS * C128_TILE_DIM)
 typedef struct c128__block_ext {
   int64_t kv_row[C128__MAX_GROUP][C128_NUM_WARPS], score_row[C128__MAX_GROUP][C128_NUM_WARPS];
   int64_t entry[C128__MAX_GROUP];
-  int32_t position[C128__MAX_GROUP];
-  float y[C128__ENTRY_FLOATS], gamma[C128__ENTRY_FLOATS];
+  int32_t position[C128__MAX_GROUP], last[C128__MAX_GROUP];
+  float mine[2][C128_TILE_DIM];
+  float y[2][C128__ENTRY_FLOATS];
 } c128__block_ext;
 
 /* Warp w loads window rows 8w .. 8w+7, lane l channels 2l, 2l+1 of the split. Row j < buffer_len
@@ -1540,7 +1540,8 @@ C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__w
 // clang-format on
 
 /* A folded value: into the output row, or (cache-entry kernels) rounded to bf16, the reference's
-   first step, into the job's row of the workspace (`mine`: the split's 64 channels there). */
+   first step, into the block's own channels in shared memory (`mine`), which c128__arrive
+   copies to the workspace. */
 C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c128__window *w, int c, float v,
                                  float *mine) {
   if (t.entry) {
@@ -1749,24 +1750,28 @@ C128__FN int c128__popcount(uint32_t mask) {
 }
 
 /* Steps of a block whose list is `mask`: the list alone, or the list, one step per window and
-   the last fold (which in cache-entry kernels also writes the entries). */
-C128__FN int c128__block_steps(uint32_t mask) {
+   the last fold (and in cache-entry kernels the last arrival, staging and entry). */
+C128__FN int c128__block_steps(c128__trait t, uint32_t mask) {
   const int count = c128__popcount(mask);
-  return count ? count + 2 : 1;
+  return count ? count + (t.entry ? 5 : 2) : 1;
 }
 
 C128__FN void c128__arrive(const c128__params *p, c128__trait t, const c128__block_shared *sh, c128__block_ext *ext,
                            int e, int lane);
-/* The warps that fold a window (each folds some of the split's 64 channels). */
-#if C128_EPILOGUE == C128_EPILOGUE_LEGACY
-#define C128__FOLD_WARPS C128_NUM_WARPS
-#else
-#define C128__FOLD_WARPS (C128_TILE_DIM / C128_WARP_THREADS)
-#endif
+C128__FN void c128__stage_entry(const c128__params *p, c128__trait t, const c128__block_shared *sh,
+                                c128__block_ext *ext, int e, int split, int lane);
+C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128__block_ext *ext, int e, int split,
+                                int lane);
+/* Cache-entry kernels: warps 0 and 1 fold, warp C128__ENTRY_WARP + k stages split k's channels
+   and writes split k's part of an entry, and a warp that does neither brings the block's
+   channels to the workspace and counts its arrival. */
+#define C128__ENTRY_WARP 2
+#define C128__ARRIVE_WARP (C128__ENTRY_WARP + C128_MAX_ENTRY_SPLITS)
+C128__STATIC_ASSERT(C128__ARRIVE_WARP < C128_NUM_WARPS, "a warp beside the folding and entry warps");
 
-/* Step s >= 1 of a block with `count` windows: window s - 1's loads and partials and window
-   s - 2's fold; in cache-entry kernels each folding warp then counts itself in, and the last
-   of the window's folding warps (in any block) writes its entry. */
+/* Step s >= 1 of a block with `count` windows: window s - 1's loads and partials, window s - 2's
+   fold, and in cache-entry kernels window s - 3's arrival and, in the window's last block,
+   window s - 4's staging and window s - 5's entry. */
 C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, int step, int count, int tid,
                                 c128__block_shared *sh, c128__block_ext *ext) {
   const int window = step - 1, warp = tid / C128_WARP_THREADS;
@@ -1774,8 +1779,14 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, 
      measured faster for bf16-state decode (B = 128: 12.6 against 13.3 us), and their exact build
      would spill, as did the decode kernels of any layout and the kernels with cache entries
      (more addresses to form). */
+  const int entry_warp = t.entry && warp >= C128__ENTRY_WARP && warp < C128__ENTRY_WARP + C128_NUM_SPLIT(t.head_dim);
   const int loads_first = t.buf == t.in && !t.entry && (!t.layout || kind == C128_PLAN_COMPRESS);
-  if (t.entry && step == 1 && tid < t.head_dim) ext->gamma[tid] = p->more->gamma[tid]; /* read from step 2 */
+  if (t.entry && warp == C128__ARRIVE_WARP && window >= 2 && window - 2 < count)
+    c128__arrive(p, t, sh, ext, window - 2, tid % C128_WARP_THREADS);
+  if (entry_warp && window >= 4 && window - 4 < count && ext->last[window - 4])
+    c128__write_entry(p, t, ext, window - 4, warp - C128__ENTRY_WARP, tid % C128_WARP_THREADS);
+  if (entry_warp && window >= 3 && window - 3 < count && ext->last[window - 3])
+    c128__stage_entry(p, t, sh, ext, window - 3, warp - C128__ENTRY_WARP, tid % C128_WARP_THREADS);
   c128__rows rows;
   c128__window cur = {0, 0, 0, 0, 0}; /* in registers: reading it from shared at each use costs a spill */
   c128__dest from;                    /* the warp's first state row in each plane */
@@ -1788,14 +1799,10 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, 
   if (window < count && loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
   if (window >= 1 && (!t.entry || window - 1 < count)) {
     const c128__window prev = sh->windows[window - 1];
-    float *mine = t.entry ? p->more->pooled + prev.out_row * t.head_dim + (int64_t)prev.split * C128_TILE_DIM : NULL;
-    c128__fold(p, t, &prev, tid, &sh->fold[(window - 1) % 2], mine);
+    c128__fold(p, t, &prev, tid, &sh->fold[(window - 1) % 2], t.entry ? ext->mine[(window - 1) % 2] : NULL);
   }
   if (window < count && !loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
   if (window < count) c128__partials(p, t, &cur, tid, &rows, &sh->fold[window % 2]);
-  /* last, when nothing else is live (and the fold's stores have had the partials' time) */
-  if (t.entry && window >= 1 && window - 1 < count && warp < C128__FOLD_WARPS)
-    c128__arrive(p, t, sh, ext, window - 1, tid % C128_WARP_THREADS);
 }
 
 /* >>decode: the new rows (DESIGN 6.2) ----------------------------------------------------------- */
@@ -1895,6 +1902,64 @@ C128__FN void c128__write_row(const c128__params *p, c128__trait t, int64_t inde
 }
 
 /* >>entry: the cache-entry epilogue (DESIGN 11) ------------------------------------------------- */
+/* A window's splits are head_dim / 64 blocks that never wait for each other. Each stores its
+   64 folded values, rounded to bf16, into the job's row of the workspace and counts itself in
+   the job's counter; the block that brings the count to the splits is the last (any of them, in
+   any order) and writes the whole entry: warp C128__ENTRY_WARP + k reads the row, forms the
+   RMSNorm's sum of squares in a fixed order, and writes split k's part, an FP8 block of 64
+   channels with its scale byte, or (the last split) the 32 RoPE pairs. So the entry depends on
+   the row alone, never on which block came last. Every value of the reference chain is rounded
+   as DESIGN 11 says, with IEEE operations only, so that the host runner's bits are the GPU's. */
+/* Listed window e's split arrives, by lane `lane` of C128__ARRIVE_WARP: the warp stores the
+   block's 64 folded channels into the job's row of the workspace, and lane 0 counts the block.
+   A grid barrier's pattern: the fence before the count makes the warp's stores visible to
+   whichever block reads the count last, and that block's fence after it orders its reads of the
+   row (c128__stage_entry) after every block's stores. That block sets the counter back to zero
+   (and its staging the row). */
+C128__FN void c128__arrive(const c128__params *p, c128__trait t, const c128__block_shared *sh, c128__block_ext *ext,
+                           int e, int lane) {
+  const c128__window w = sh->windows[e];
+  const int c = C128_TILE_ELEMS * lane;
+  float *to = p->more->pooled + w.out_row * t.head_dim + (int64_t)w.split * C128_TILE_DIM + c;
+  to[0] = ext->mine[e % 2][c], to[1] = ext->mine[e % 2][c + 1]; /* the workspace: no race to check */
+  uint32_t *count = p->more->arrivals + w.out_row;
+#ifdef __CUDA_ARCH__
+  __syncwarp();
+  if (lane != 0) return;
+  __threadfence();
+  const uint32_t before = atomicAdd(count, 1u);
+#else
+  if (lane != 0) return;
+  const uint32_t before = (*count)++; /* the host runner runs one block at a time */
+#endif
+  const int last = before == (uint32_t)C128_NUM_SPLIT(t.head_dim) - 1u;
+  if (last) {
+    *count = 0u;
+#ifdef __CUDA_ARCH__
+    __threadfence();
+#endif
+  }
+  ext->last[e] = last;
+}
+
+/* The last block's copy of listed window e's pooled vector, split `split` of it by lane `lane`
+   of warp C128__ENTRY_WARP + split: from L2 (other blocks stored it in this launch: past the
+   SM's L1) into shared memory, from which the next step's entry reads the whole vector; the
+   workspace's row goes back to zero (no one reads it again in this launch). */
+C128__FN void c128__stage_entry(const c128__params *p, c128__trait t, const c128__block_shared *sh,
+                                c128__block_ext *ext, int e, int split, int lane) {
+  const int c = split * C128_TILE_DIM + C128_TILE_ELEMS * lane;
+  float *from = p->more->pooled + sh->windows[e].out_row * t.head_dim + c;
+#ifdef __CUDA_ARCH__
+  const float2 v = __ldcg((const float2 *)from);
+  *(float2 *)from = make_float2(0.0f, 0.0f); /* the workspace as it was found */
+#else
+  const float2 v = {from[0], from[1]};
+  from[0] = from[1] = 0.0f;
+#endif
+  ext->y[e % 2][c] = v.x, ext->y[e % 2][c + 1] = v.y;
+}
+
 C128__FN float c128__sqrt(float x) {
 #ifdef __CUDA_ARCH__
   return __fsqrt_rn(x);
@@ -1999,37 +2064,35 @@ C128__FN float c128__lane_squares(const float *y, int head_dim, int lane) {
   return sum;
 }
 /* Channel c of the normalised window: z = bf16(gamma_c * (b_c * r)). */
-C128__FN float c128__entry_z(const c128__block_ext *ext, float r, int c) {
-  return c128__widen_bf16(c128__narrow_bf16(c128__mul(ext->gamma[c], c128__mul(ext->y[c], r))));
+C128__FN float c128__entry_z(const c128__params *p, const float *y, float r, int c) {
+  return c128__widen_bf16(c128__narrow_bf16(c128__mul(p->more->gamma[c], c128__mul(y[c], r))));
 }
 /* Lane l's largest |z| of channels base + 2l, base + 2l + 1. */
-C128__FN float c128__lane_amax(const c128__block_ext *ext, float r, int base, int lane) {
+C128__FN float c128__lane_amax(const c128__params *p, const float *y, float r, int base, int lane) {
   const int c = base + C128_TILE_ELEMS * lane;
-  return c128__max_either(fabsf(c128__entry_z(ext, r, c)), fabsf(c128__entry_z(ext, r, c + 1)));
+  return c128__max_either(fabsf(c128__entry_z(p, y, r, c)), fabsf(c128__entry_z(p, y, r, c + 1)));
 }
 
-/* The RMSNorm's 1 / sqrt(mean(b^2) + eps) of the staged window, the same bits in every lane. */
-C128__FN float c128__entry_rms(const c128__params *p, c128__trait t, const c128__block_ext *ext, int lane) {
-  float lanes[C128_WARP_THREADS]; /* the host runner's replay of the reduction */
-#ifndef __CUDA_ARCH__
-  for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_squares(ext->y, t.head_dim, l);
-#endif
-  const float squares = c128__warp_tree(c128__lane_squares(ext->y, t.head_dim, lane), lanes, 0, lane);
-  return c128__div(1.0f, c128__sqrt(c128__add(c128__div(squares, (float)t.head_dim), p->more->eps)));
-}
-
-/* Listed window e's entry, split `split` of it, by lane `lane` of the writing warp: r is the
-   norm's factor, cs the (cos, sin) of RoPE pair `lane` at the window's position. */
+/* Listed window e's entry: split `split` of it, by lane `lane` of warp C128__ENTRY_WARP + split. */
 C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128__block_ext *ext, int e, int split,
-                                int lane, float r, float2 cs) {
+                                int lane) {
   const int D = t.head_dim, splits = C128_NUM_SPLIT(t.head_dim), fp8 = p->more->entry_kind == C128_OUTPUT_DSV4_FP8;
+  const float *y = ext->y[e % 2];
+  float lanes[C128_WARP_THREADS]; /* the host runner's replay of the reductions */
+#ifndef __CUDA_ARCH__
+  for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_squares(y, D, l);
+#endif
+  const float squares = c128__warp_tree(c128__lane_squares(y, D, lane), lanes, 0, lane);
+  const float r = c128__div(1.0f, c128__sqrt(c128__add(c128__div(squares, (float)D), p->more->eps)));
   const int64_t loc = ext->entry[e];
   const int base = split * C128_TILE_DIM, c = base + C128_TILE_ELEMS * lane;
-  const float z0 = c128__entry_z(ext, r, c), z1 = c128__entry_z(ext, r, c + 1);
+  const float z0 = c128__entry_z(p, y, r, c), z1 = c128__entry_z(p, y, r, c + 1);
   const int64_t entries = (int64_t)1 << p->more->entry_shift, slot = loc & (entries - 1);
   char *page = p->more->cache + (loc >> p->more->entry_shift) * p->more->page_bytes;
   char *entry = page + slot * (fp8 ? D + C128_ROPE_DIMS : 2 * D), *scales = page + (D + C128_ROPE_DIMS) * entries;
   if (split == splits - 1) { /* RoPE pair `lane` of the last 64 channels at the window's position */
+    const float2 cs =
+        c128__load2(p, p->more->rope, ((int64_t)ext->position[e] * C128_WARP_THREADS + lane) * 2, C128_F32, 0);
     const uint32_t re = c128__narrow_bf16(c128__sub(c128__mul(z0, cs.x), c128__mul(z1, cs.y)));
     const uint32_t im = c128__narrow_bf16(c128__add(c128__mul(z0, cs.y), c128__mul(z1, cs.x)));
     c128__store_bytes(p, entry + (fp8 ? D - C128_ROPE_DIMS + 2 * C128_TILE_ELEMS * lane : 2 * c), re | im << 16, 4);
@@ -2038,11 +2101,10 @@ C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128
   }
   /* FP8 block `split` of 64 channels: q = e4m3(z * 2^-E) with 2^E the UE8M0 scale. A block that
      holds a NaN (or an infinity) is all NaN: codes 0x7F, scale byte 0xFF. */
-  float lanes[C128_WARP_THREADS]; /* the host runner's replay of the reduction */
 #ifndef __CUDA_ARCH__
-  for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_amax(ext, r, base, l);
+  for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_amax(p, y, r, base, l);
 #endif
-  const float amax = c128__warp_tree(c128__lane_amax(ext, r, base, lane), lanes, 1, lane);
+  const float amax = c128__warp_tree(c128__lane_amax(p, y, r, base, lane), lanes, 1, lane);
   const int finite = amax <= 3.402823466e38f, E = finite ? c128__scale_exponent(amax) : 0;
   const uint32_t q0 = finite ? c128__e4m3(c128__mul(z0, c128__pow2(-E))) : 0x7Fu;
   const uint32_t q1 = finite ? c128__e4m3(c128__mul(z1, c128__pow2(-E))) : 0x7Fu;
@@ -2055,76 +2117,6 @@ C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128
   const uint32_t v0 = c128__narrow_bf16(c128__mul(c128__e4m3_value(q0), c128__pow2(E))); /* exact */
   const uint32_t v1 = c128__narrow_bf16(c128__mul(c128__e4m3_value(q1), c128__pow2(E)));
   c128__store_bytes(p, entry + 2 * c, v0 | v1 << 16, 4);
-}
-
-/* The whole entry of listed window e, by lane `lane` of the warp that stages it: the pooled
-   vector from the workspace into shared memory (gamma is there since step 1), the row set back
-   to zero, then every split's part. */
-C128__FN void c128__entry_lane(const c128__params *p, c128__trait t, c128__block_ext *ext, int e, int lane,
-                               float *row) {
-  const int D = t.head_dim;
-  const float2 cs =
-      c128__load2(p, p->more->rope, ((int64_t)ext->position[e] * C128_WARP_THREADS + lane) * 2, C128_F32, 0);
-#ifdef __CUDA_ARCH__
-  /* Straight to shared memory (no registers: the fold's step has few to spare), through L2 only:
-     the other blocks stored the row in this launch, past this SM's L1. */
-  for (int c = 4 * lane; c < D; c += 4 * C128_WARP_THREADS) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(ext->y + c)),
-                 "l"(row + c)
-                 : "memory");
-#else
-    *(float4 *)(ext->y + c) = __ldcg((const float4 *)(row + c));
-#endif
-  }
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-  for (int c = 4 * lane; c < D; c += 4 * C128_WARP_THREADS)
-    *(float4 *)(row + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* the workspace as it was found */
-  __syncwarp();
-#else
-  memcpy(ext->y, row, (size_t)D * sizeof(float));
-  if (lane == C128_WARP_THREADS - 1) memset(row, 0, (size_t)D * sizeof(float)); /* as it was found */
-#endif
-  const float r = c128__entry_rms(p, t, ext, lane);
-  C128__UNROLL_2 /* two splits at once: fully unrolled, the compress kernel spilled on sm_100 */
-      for (int split = 0; split < C128_NUM_SPLIT(t.head_dim); ++split)
-          c128__write_entry(p, t, ext, e, split, lane, r, cs);
-}
-
-/* A folding warp of listed window e has stored its channels in the job's row of the workspace
-   and counts itself in the job's counter. The warp that brings the count to all folding warps
-   of all the window's splits (in any block, in any order) is the last: it sets the counter back
-   to zero and writes the whole entry, a function of the row alone. Release and acquire: the
-   count publishes the warp's stores (after the warp's barrier) to whichever warp counts last,
-   and orders that warp's reads of the row after every other warp's stores. */
-C128__FN void c128__arrive(const c128__params *p, c128__trait t, const c128__block_shared *sh, c128__block_ext *ext,
-                           int e, int lane) {
-  const c128__window w = sh->windows[e];
-  uint32_t *count = p->more->arrivals + w.out_row;
-  const uint32_t all = (uint32_t)(C128_NUM_SPLIT(t.head_dim) * C128__FOLD_WARPS);
-  float *row = p->more->pooled + w.out_row * t.head_dim;
-#ifdef __CUDA_ARCH__
-  __syncwarp();
-  uint32_t before = 0u;
-  if (lane == 0) {
-#if __CUDA_ARCH__ >= 700
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(count) : "memory");
-#else
-    __threadfence(), before = atomicAdd(count, 1u), __threadfence();
-#endif
-  }
-  if (__shfl_sync(C128__ALL_LANES, before, 0) != all - 1u) return;
-  if (lane == 0) *count = 0u; /* the next launch is ordered after this one by the stream */
-  __syncwarp();
-  c128__entry_lane(p, t, ext, e, lane, row);
-#else
-  if (lane != C128_WARP_THREADS - 1) return; /* the host runner: after every lane of the warp stored */
-  if ((*count)++ != all - 1u) return;
-  *count = 0u;
-  for (int l = 0; l < C128_WARP_THREADS; ++l) c128__entry_lane(p, t, ext, e, l, row);
-#endif
 }
 
 /* >>kernels: the GPU drivers ------------------------------------------------------------------- */
@@ -2232,7 +2224,7 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
   if (kind == C128_PLAN_DECODE && !fetch_first) c128__decode_fetch(p, t, &j, tid, &rows);
   if (!mask && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* nothing to fold: about done */
   if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows, &listed);
-  const int steps = c128__block_steps(mask), count = c128__popcount(mask);
+  const int steps = c128__block_steps(t, mask), count = c128__popcount(mask);
   C128__NO_UNROLL
   for (int s = 1; s < steps; ++s) {
     if (s == count + 1 && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* the last loads are out */
@@ -2273,17 +2265,22 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
     const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);              \
     c128__run_block(&p, t, KIND, &sh, NULL);                                       \
   }
-/* Cache-entry kernels of any layout spilled at two blocks an SM (sm_90): they take one. */
-#define C128__BLOCKS_PER_SM_OF(layout, entry) ((layout) && (entry) ? 1 : C128_BLOCKS_PER_SM)
-#define C128__BLOCK_KERNEL_MORE(kernel, KIND, name, suffix, D, state, input, output, layout, entry)   \
-  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128__BLOCKS_PER_SM_OF(layout, entry)) \
-      c128__##kernel##_kernel_##name##suffix(const c128__params given, const c128__more more) {       \
-    __shared__ c128__block_shared sh;                                                                 \
-    __shared__ c128__block_ext ext;                                                                   \
-    c128__params p = given;                                                                           \
-    p.more = &more;                                                                                   \
-    const c128__trait t = C128__TRAIT(D, state, input, output, layout, entry);                        \
-    c128__run_block(&p, t, KIND, &sh, &ext);                                                          \
+/* The legacy epilogue's cache-entry kernels of any layout spilled at two blocks an SM (sm_90):
+   that build's cache-entry kernels take one. */
+#if C128_EPILOGUE == C128_EPILOGUE_LEGACY
+#define C128__BLOCKS_PER_SM_OF(entry) ((entry) ? 1 : C128_BLOCKS_PER_SM)
+#else
+#define C128__BLOCKS_PER_SM_OF(entry) C128_BLOCKS_PER_SM
+#endif
+#define C128__BLOCK_KERNEL_MORE(kernel, KIND, name, suffix, D, state, input, output, layout, entry) \
+  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128__BLOCKS_PER_SM_OF(entry))       \
+      c128__##kernel##_kernel_##name##suffix(const c128__params given, const c128__more more) {     \
+    __shared__ c128__block_shared sh;                                                               \
+    __shared__ c128__block_ext ext;                                                                 \
+    c128__params p = given;                                                                         \
+    p.more = &more;                                                                                 \
+    const c128__trait t = C128__TRAIT(D, state, input, output, layout, entry);                      \
+    c128__run_block(&p, t, KIND, &sh, &ext);                                                        \
   }
 #define C128__WRITE_KERNEL(name, D, state, input, output)                                             \
   static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM)        \
@@ -2501,7 +2498,7 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
     memset(ext, 0xFF, sizeof *ext);
     const c128__jobs j = c128__block_jobs(&p, t, block);
     const uint32_t mask = c128__list_windows(&p, t, kind, &j, 0, sh, ext, listed);
-    const int steps = c128__block_steps(mask), count = c128__popcount(mask);
+    const int steps = c128__block_steps(t, mask), count = c128__popcount(mask);
     for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
       c128__decode_rows rows;
       c128__decode_fetch(&p, t, &j, checker.tid, &rows);

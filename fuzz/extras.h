@@ -824,7 +824,7 @@ static int fz_corrupt_workspace(const fz_ext *x, int D, c128_entry_args *e, cons
 }
 
 /* The workspace after any launch, refused or not, handed x->ws or not: all zero, as it was
-   (DESIGN 11.3: the last warp of a window sets its counter and its row back to zero). */
+   (DESIGN 11.3: the last block of a window sets its counter and its row back to zero). */
 static void fz_check_workspace(const fz_ext *x, const char *what) {
   if (!x->ws) return;
   const int64_t counters = (4 * x->ws_jobs + 15) / 16 * 16;
