@@ -830,5 +830,7 @@ static void fz_check_workspace(const fz_ext *x, const char *what) {
   const int64_t counters = (4 * x->ws_jobs + 15) / 16 * 16;
   for (int64_t b = 0; b < x->ws_bytes; ++b)
     FZ_CHECK(2, x->ws[b] == 0, "%s: workspace byte %lld is 0x%02x after the launch (%s)", what, (long long)b, x->ws[b],
-             b < 4 * x->ws_jobs ? "a job's counter" : b < counters ? "padding after the counters" : "a job's row");
+             b < 4 * x->ws_jobs ? "a job's counter"
+             : b < counters     ? "padding after the counters"
+                                : "a job's row");
 }
