@@ -182,7 +182,11 @@ def test_opcheck_trtllm() -> None:
     out = torch.zeros((int(comp[-1]), D))
     meta = [torch.from_numpy(a) for a in (kv_lens, start, cu, comp)]
     _opcheck(OPS.compressor_prefill_reduction.default, (*t, out, *meta, 2, 128, D, 128, int(comp[-1])), {})
-    _opcheck(OPS.compressor_paged_kv_compress.default, (*t, out, meta[0], meta[2], meta[3], 2, 128, D, 128, 1), {})
+    x, (kv_lens, _, cu, comp), _ = m.step(np.array([2, 2]))  # a generation batch: next_n 2 new tokens each
+    t[0] = torch.from_numpy(x)
+    meta = [torch.from_numpy(a) for a in (kv_lens, cu, comp)]
+    out = torch.zeros((max(int(comp[-1]), 1), D))
+    _opcheck(OPS.compressor_paged_kv_compress.default, (*t, out, *meta, 2, 128, D, 128, 2), {})
 
 
 # ---- torch.compile -------------------------------------------------------------------------------------------

@@ -30,16 +30,23 @@ def _frameworks() -> list:
 
 
 class TrtModel:
-    def __init__(self, rng, reqs: int, max_len: int, tpb: int) -> None:
-        self.tpb = tpb
-        cols = -(-max_len // tpb)
-        pages = 2 * reqs * cols + 3
-        self.t_kv = rng.permutation(pages)[:reqs * cols].astype(np.int32).reshape(reqs, cols)
-        self.t_sc = rng.permutation(pages)[:reqs * cols].astype(np.int32).reshape(reqs, cols)
-        self.kv = rng.standard_normal((pages, tpb, D)).astype(np.float32)
-        self.sc = rng.standard_normal((pages, tpb, D)).astype(np.float32)
-        self.ape = (0.5 * rng.standard_normal((W, D))).astype(np.float32)
-        self.tokens = [rng.standard_normal((max_len, 2 * D)).astype(np.float32) for _ in range(reqs)]
+    def __init__(self, rng, reqs: int, max_len: int, tpb: int, d: int = D, lens: Any = None,
+                 spare: bool = True) -> None:
+        """lens: each request's most tokens (default max_len each); spare: pages the tables do not name."""
+        self.tpb, self.d = tpb, d
+        lens = [max_len] * reqs if lens is None else list(lens)
+        cols = -(-max(lens) // tpb)
+        need = [-(-n // tpb) for n in lens]
+        pages = (2 if spare else 1) * sum(need) + 3
+        self.t_kv, self.t_sc = (np.zeros((reqs, cols), np.int32) for _ in range(2))
+        for t in (self.t_kv, self.t_sc):
+            ids = rng.permutation(pages)[:sum(need)].astype(np.int32)
+            for b, k in enumerate(need):
+                t[b, :k], ids = ids[:k], ids[k:]
+        self.kv = rng.standard_normal((pages, tpb, d)).astype(np.float32)
+        self.sc = rng.standard_normal((pages, tpb, d)).astype(np.float32)
+        self.ape = (0.5 * rng.standard_normal((W, d))).astype(np.float32)
+        self.tokens = [rng.standard_normal((n, 2 * d)).astype(np.float32) for n in lens]
         self.lens = np.zeros(reqs, np.int64)
 
     def step(self, ext):
@@ -52,8 +59,8 @@ class TrtModel:
             for p in range(start, end):
                 row = self.tokens[b][p]
                 rows.append(row)
-                self.kv[self.t_kv[b, p // self.tpb], p % self.tpb] = row[:D]
-                self.sc[self.t_sc[b, p // self.tpb], p % self.tpb] = row[D:] + self.ape[p % W]
+                self.kv[self.t_kv[b, p // self.tpb], p % self.tpb] = row[:self.d]
+                self.sc[self.t_sc[b, p // self.tpb], p % self.tpb] = row[self.d:] + self.ape[p % W]
                 if (p + 1) % W == 0:
                     ref = reference_window(self.tokens[b][p + 1 - W:p + 1].astype(np.float64), self.ape)
                     windows[comp[-1] + (p + 1) // W - start // W - 1] = ref
@@ -121,3 +128,139 @@ def test_refusals() -> None:
         T.compressor_paged_kv_compress(*args[:11], 256, D, 128, 1)
     with pytest.raises(NotImplementedError, match="^compressor_postprocess_scatter: "):
         T.compressor_postprocess_scatter()
+
+
+def _context(m: TrtModel, fw: str, ext: list, kv: np.ndarray, sc: np.ndarray, rows: Any = None) -> tuple:
+    """One compressor_prefill_reduction of m's next context batch on copies kv, sc (as fw); (output, windows)."""
+    x, (kv_lens, start, cu, comp), expect = m.step(np.array(ext))
+    out = np.full((max(int(comp[-1]), 1), m.d), np.nan, np.float32)
+    per = (kv_lens.astype(np.int64) // W - start.astype(np.int64) // W)
+    T.compressor_prefill_reduction(_as(fw, x), _as(fw, m.ape), _as(fw, kv), _as(fw, sc), _as(fw, m.t_kv),
+                                   _as(fw, m.t_sc), _as(fw, out), _as(fw, kv_lens), _as(fw, start), _as(fw, cu),
+                                   _as(fw, comp), len(ext), m.tpb, m.d, 128, int(per.max()))
+    return out, expect
+
+
+@pytest.mark.parametrize("fw", _frameworks()[:2])
+def test_refused_batch_raises(fw: str) -> None:
+    import c128
+
+    rng = np.random.default_rng(7)
+    m = TrtModel(rng, 2, 400, 128)
+    kv, sc = m.kv.copy(), m.sc.copy()
+    _context(m, fw, [200, 300], kv, sc)
+    before = (kv.tobytes(), sc.tobytes())
+    x, (kv_lens, start, cu, comp), _ = m.step(np.array([100, 2]))
+    table = m.t_kv.copy()
+    table[0, 2] = m.kv.shape[0] + 5  # positions 256..383 of request 0: a block outside the planes
+    out = np.full((int(comp[-1]), D), 7.0, np.float32)
+    with pytest.raises(c128.Error) as e:
+        T.compressor_prefill_reduction(_as(fw, x), _as(fw, m.ape), _as(fw, kv), _as(fw, sc), _as(fw, table),
+                                       _as(fw, m.t_sc), _as(fw, out), _as(fw, kv_lens), _as(fw, start), _as(fw, cu),
+                                       _as(fw, comp), 2, 128, D, 128, 1)
+    assert e.value.status != 0 and e.value.function.startswith("c128_plan_prefill_device")
+    assert "refused; nothing was written" in str(e.value)
+    assert (kv.tobytes(), sc.tobytes()) == before and np.all(out == 7.0)
+    status = T.last_status()
+    assert int(status[0]) == int(e.value.status) and int(status[1]) == 0
+
+
+def test_mismatched_arguments_raise() -> None:
+    rng = np.random.default_rng(3)
+    m = TrtModel(rng, 2, 400, 128)
+    kv, sc = m.kv.copy(), m.sc.copy()
+    _context(m, "numpy", [200, 300], kv, sc)
+    assert T.last_status().tolist() == [0, 0]
+    before = (kv.tobytes(), sc.tobytes())
+    x, (kv_lens, start, cu, comp), _ = m.step(np.array([2, 2]))
+    out = np.zeros((2, D), np.float32)
+    head = (x, m.ape, kv, sc, m.t_kv, m.t_sc, out, kv_lens)
+    with pytest.raises(ValueError, match=r"^next_n: 3, but request 0 has 2 new tokens"):
+        T.compressor_paged_kv_compress(*head, cu, comp, 2, 128, D, 128, 3)
+    with pytest.raises(ValueError, match=r"^cu_seq_lens: cu_seq_lens\[2\] = 5, but kv_score has 4 rows"):
+        T.compressor_paged_kv_compress(*head, np.array([0, 2, 5], np.int32), comp, 2, 128, D, 128, 2)
+    with pytest.raises(ValueError, match=r"^start_pos: start_pos\[1\] = 299, but kv_lens\[1\] - new tokens = "
+                                         r"302 - 2 = 300"):
+        T.compressor_prefill_reduction(*head, start - np.array([0, 1], np.int32), cu, comp, 2, 128, D, 128, 1)
+    with pytest.raises(ValueError, match=r"^start_pos: 1 entries, but batch_size 2 needs 2"):
+        T.compressor_prefill_reduction(*head, start[:1], cu, comp, 2, 128, D, 128, 1)
+    x2, (kv_lens2, start2, cu2, comp2), _ = TrtModel(np.random.default_rng(3), 2, 400, 128).step(np.array([300, 2]))
+    head2 = (x2, m.ape, kv, sc, m.t_kv, m.t_sc, np.zeros((3, D), np.float32), kv_lens2)
+    with pytest.raises(ValueError, match=r"^max_outputs: 1, but request 0 completes 2 windows"):
+        T.compressor_prefill_reduction(*head2, start2, cu2, comp2, 2, 128, D, 128, 1)
+    with pytest.raises(ValueError, match=r"^cu_kv_comp: request 0 completes 2 windows from output row 0, but "
+                                         r"output has 1 rows"):
+        T.compressor_prefill_reduction(*head2[:6], np.zeros((1, D), np.float32), kv_lens2, start2, cu2, comp2, 2,
+                                       128, D, 128, 2)
+    assert (kv.tobytes(), sc.tobytes()) == before
+
+
+@pytest.mark.parametrize("fw", _frameworks()[:2])
+def test_mixed_batch_generation_rows_after_context(fw: str) -> None:
+    """TensorRT-LLM's mixed step: the context call on kv_score[:num_ctx_tokens], the generation call on all
+    of kv_score with cu_seq_lens[num_contexts:] (its first entry num_ctx_tokens, not 0)."""
+    rng = np.random.default_rng(11)
+    m = TrtModel(rng, 3, 700, 128)
+    kv, sc = m.kv.copy(), m.sc.copy()
+    _context(m, fw, [300, 254, 40], kv, sc)
+    x, (kv_lens, start, cu, comp), expect = m.step(np.array([100, 2, 88]))
+    k = 1  # one context request, then generation requests 1 and 2: next_n must be their common count
+    out = np.full((int(comp[-1]), D), np.nan, np.float32)
+    T.compressor_prefill_reduction(_as(fw, x[:int(cu[k])]), _as(fw, m.ape), _as(fw, kv), _as(fw, sc),
+                                   _as(fw, m.t_kv[:k]), _as(fw, m.t_sc[:k]), _as(fw, out), _as(fw, kv_lens[:k]),
+                                   _as(fw, start[:k]), _as(fw, cu[:k + 1]), _as(fw, comp[:k + 1]), k, 128, D, 128, 2)
+    with pytest.raises(ValueError, match=r"^next_n: 2, but request 1 has 88 new tokens"):
+        T.compressor_paged_kv_compress(_as(fw, x), _as(fw, m.ape), _as(fw, kv), _as(fw, sc), _as(fw, m.t_kv[k:]),
+                                       _as(fw, m.t_sc[k:]), _as(fw, out), _as(fw, kv_lens[k:]), _as(fw, cu[k:]),
+                                       _as(fw, comp[k:]), 2, 128, D, 128, 2)
+    for g in (1, 2):  # each generation request alone, its rows after the context rows (and after request 1's)
+        T.compressor_paged_kv_compress(_as(fw, x), _as(fw, m.ape), _as(fw, kv), _as(fw, sc), _as(fw, m.t_kv[g:]),
+                                       _as(fw, m.t_sc[g:]), _as(fw, out), _as(fw, kv_lens[g:]), _as(fw, cu[g:]),
+                                       _as(fw, comp[g:]), 1, 128, D, 128, int(cu[g + 1] - cu[g]))
+    assert kv.tobytes() == m.kv.tobytes() and sc.tobytes() == m.sc.tobytes()
+    assert len(expect) == int(comp[-1]) >= 2
+    for row, ref in expect.items():
+        assert window_error(out[row], "f32", ref) == "", f"output row {row}"
+
+
+def test_context_batch_over_65536_rows(checked) -> None:
+    """71300 rows: one call splits them at row 65536, inside request 1 (66000 tokens, itself more than one
+    call's rows, cut mid-window); the planes and the windows are those of the requests run one by one (request
+    1 in two calls) and of the model."""
+    d, tpb, ext = 128, 128, [300, 66000, 5000]
+    lens = [500, 66000, 5100]
+    m = TrtModel(np.random.default_rng(5), 3, 0, tpb, d=d, lens=lens, spare=False)
+    kv, sc = m.kv.copy(), m.sc.copy()
+    warm = [200, 0, 100]  # prefixes of requests 0 and 2 (request 1 is new: it starts empty)
+    for b in (0, 2):
+        one = TrtModel.__new__(TrtModel)
+        one.__dict__.update(tpb=tpb, d=d, kv=m.kv, sc=m.sc, ape=m.ape, tokens=[m.tokens[b]],
+                            t_kv=m.t_kv[b:b + 1], t_sc=m.t_sc[b:b + 1], lens=m.lens[b:b + 1].copy())
+        _context(one, "numpy", [warm[b]], kv, sc)
+        m.lens[b] = warm[b]
+    kv1, sc1 = kv.copy(), sc.copy()
+    assert sum(ext) > T._ROWS == 65536
+    out, expect = _context(m, "numpy", ext, kv, sc)
+    assert T.last_status().tolist() == [0, 0, 0]
+    assert kv.tobytes() == m.kv.tobytes() and sc.tobytes() == m.sc.tobytes(), "planes: the model's"
+    # one by one: each request alone (request 1 in calls of 40000 and 26000 tokens), on copies of the planes
+    rows, starts = [], list(warm)
+    for b, parts in ((0, [300]), (1, [40000, 26000]), (2, [5000])):
+        for e in parts:
+            p0 = starts[b]
+            x = m.tokens[b][p0:p0 + e]
+            kv_lens, start = np.array([p0 + e], np.int32), np.array([p0], np.int32)
+            nwin = (p0 + e) // W - p0 // W
+            o = np.full((max(nwin, 1), d), np.nan, np.float32)
+            T.compressor_prefill_reduction(x, m.ape, kv1, sc1, m.t_kv[b:b + 1], m.t_sc[b:b + 1], o, kv_lens, start,
+                                           np.array([0, e], np.int32), np.array([0, nwin], np.int32), 1, tpb, d, 128,
+                                           nwin)
+            rows.append(o[:nwin])
+            starts[b] += e
+    assert kv1.tobytes() == kv.tobytes() and sc1.tobytes() == sc.tobytes(), "planes: one by one"
+    alone = np.concatenate(rows)
+    assert alone.shape == out.shape and alone.tobytes() == out.tobytes(), "windows: one by one"
+    for row, ref in expect.items():
+        assert window_error(out[row], "f32", ref) == "", f"output row {row}"
+    checked(f"TensorRT-LLM context batch of {sum(ext)} rows (> 65536, cut inside a 66000-token request): planes "
+            f"and {len(expect)} windows bit for bit those of the requests run one by one")
