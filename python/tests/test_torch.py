@@ -386,7 +386,9 @@ def test_gpu_compiled_step_in_a_cuda_graph(mode: str, checked) -> None:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         compiled(graph_b)
-    lens = np.zeros(n, np.int64)
+    # decode: requests already 100..126 tokens long (their rows in the random state), so that the
+    # 40 steps cross window boundaries; prefill: from empty
+    lens = np.random.default_rng(44).integers(100, 127, n) if mode == "decode" else np.zeros(n, np.int64)
     windows = 0
     for t in range(40):
         ext = np.ones(n, np.int64) if mode == "decode" else np.random.default_rng([42, t]).integers(0, capacity // n, n)
