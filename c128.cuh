@@ -2819,13 +2819,13 @@ static c128_status c128__launch_blocks(const void *kernel, int64_t blocks, const
 }
 
 /* A block compresses its windows one after another, so with every window present a group of g
-   costs waves(blocks) * g window-times, a wave being the blocks the device runs at once; the
-   largest g of least cost wins. Launches refuse more than INT32_MAX jobs, so larger counts are
-   costed as that many (no overflow). */
-static int32_t c128__group_for_wave(int64_t jobs, int32_t head_dim, int64_t wave, int32_t max_group) {
+   costs waves(blocks) * g window-times, a wave being the blocks the device runs at once (two an
+   SM); the largest g of least cost wins. Launches refuse more than INT32_MAX jobs, so larger
+   counts are costed as that many (no overflow). */
+static int32_t c128__group_size(int64_t jobs, int32_t head_dim, int32_t sm_count, int32_t max_group) {
   if (jobs <= 0) return 1;
   if (jobs > INT32_MAX) jobs = INT32_MAX;
-  if (wave < 1) wave = 1;
+  const int64_t wave = (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1);
   const int64_t splits = head_dim >= C128_TILE_DIM && head_dim <= C128_MAX_HEAD_DIM ? C128_NUM_SPLIT(head_dim) : 1;
   int32_t best = 1;
   int64_t best_cost = INT64_MAX;
@@ -2834,9 +2834,6 @@ static int32_t c128__group_for_wave(int64_t jobs, int32_t head_dim, int64_t wave
     if (cost <= best_cost) best = g, best_cost = cost;
   }
   return best;
-}
-static int32_t c128__group_size(int64_t jobs, int32_t head_dim, int32_t sm_count, int32_t max_group) {
-  return c128__group_for_wave(jobs, head_dim, (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1), max_group);
 }
 
 C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count) {
