@@ -1066,6 +1066,24 @@ Test(cpu, attack_helpers_are_defined_for_every_argument) { /* class 8 */
         cr_assert(g >= 1 && g <= C128_MAX_DECODE_GROUP && h >= 1 && h <= C128_MAX_PREFILL_GROUP,
                   "group sizes %d, %d for %lld jobs, head_dim %d, %d SMs", g, h, (long long)jobs[i], dims[j], sms[k]);
       }
+  /* The cache-entry workspace: a counter a job rounded up to 16 bytes, then head_dim floats a job;
+     -1 for a negative count, a head_dim no launch takes, or a size past int64. */
+  for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; ++i)
+    for (size_t j = 0; j < sizeof dims / sizeof dims[0]; ++j) {
+      const int64_t got = c128_entry_workspace_bytes(jobs[i], dims[j]);
+      const int dim_ok = dims[j] >= 64 && dims[j] <= 65536 && dims[j] % 64 == 0;
+      if (jobs[i] < 0 || !dim_ok) {
+        cr_assert_eq(got, -1, "c128_entry_workspace_bytes(%lld, %d) = %lld", (long long)jobs[i], dims[j],
+                     (long long)got);
+        continue;
+      }
+      const __int128 want = ((__int128)jobs[i] * 4 + 15) / 16 * 16 + (__int128)jobs[i] * 4 * dims[j];
+      const int fits = (__int128)jobs[i] * (4 * (__int128)dims[j] + 4) + 16 <= INT64_MAX;
+      cr_assert(fits               ? got == (int64_t)want
+                : want > INT64_MAX ? got == -1
+                                   : got == -1 || got == (int64_t)want,
+                "c128_entry_workspace_bytes(%lld, %d) = %lld", (long long)jobs[i], dims[j], (long long)got);
+    }
   /* The workspace size: 0 for a count the planners refuse (it was 24 bytes for INT64_MAX). */
   const int64_t refused[] = {-1,       INT64_MIN, INT32_MAX / 2 + 1, INT32_MAX, INT64_C(1) << 40, INT64_C(1) << 62,
                              INT64_MAX};
