@@ -19,8 +19,9 @@ head_dim]`` fp32, each through its own block table, scores stored with ape; ever
 
 Errors: an eager call checks what the arguments imply (``next_n`` each request's new-token count,
 ``start_pos[b] == kv_lens[b] - new tokens``, ``max_outputs`` at least each request's new windows,
-``cu_seq_lens`` non-decreasing within kv_score, ``cu_kv_comp`` rows within ``output``; ValueError naming the
-argument) and raises :class:`c128.Error` for a batch the planner refuses (a block outside the planes, ...),
+``cu_seq_lens`` non-decreasing within kv_score, ``cu_kv_comp`` rows within ``output``, ``kv_lens`` within
+the block table's ``page_size`` x columns (past it a position would wrap onto the row's first blocks);
+ValueError naming the argument) and raises :class:`c128.Error` for a batch the planner refuses (a block outside the planes, ...),
 with nothing written. Host arrays are checked before anything runs; CUDA tensors cost one synchronisation per
 call (the status is read after the launch, which writes nothing for such a batch). While a CUDA graph captures
 nothing is checked or read back: the status tensor is the only report (:data:`captured_statuses`,
@@ -90,13 +91,18 @@ def _lengths(n: int, **arrays: Any) -> None:
 
 
 def _rules(q: Any, s: Any, comp: Any, rows: int, out_rows: int, next_n: Optional[int], start_pos: Any,
-           max_outputs: Optional[int]) -> list:
+           max_outputs: Optional[int], positions: int) -> list:
     """(mask over requests, message of request b): what the engine's arrays imply and must agree on, as
-    NumPy or PyTorch operations alike (q: cu_seq_lens [n + 1], s: kv_lens [n], comp: cu_kv_comp [n + 1])."""
+    NumPy or PyTorch operations alike (q: cu_seq_lens [n + 1], s: kv_lens [n], comp: cu_kv_comp [n + 1];
+    positions: the tokens a block table's row holds, page_size * its columns)."""
     ext = q[1:] - q[:-1]
     start = s - ext
     win = s // WINDOW - start // WINDOW
     rules = [(q[:-1] < 0, lambda b: f"cu_seq_lens: cu_seq_lens[{b}] = {int(q[b])} is negative"),
+             # past the table a position would wrap onto the row's first blocks (row_shift bits of it)
+             (s > positions, lambda b: f"kv_lens: kv_lens[{b}] = {int(s[b])}, but block_table_kv holds "
+                                       f"{positions} tokens a request (page_size x its columns)"),
+             ((win > 0) & (comp[:-1] < 0), lambda b: f"cu_kv_comp: cu_kv_comp[{b}] = {int(comp[b])} is negative"),
              (ext < 0, lambda b: f"cu_seq_lens: cu_seq_lens[{b + 1}] = {int(q[b + 1])} < cu_seq_lens[{b}] = "
                                  f"{int(q[b])}"),
              (q[1:] > rows, lambda b: f"cu_seq_lens: cu_seq_lens[{b + 1}] = {int(q[b + 1])}, but kv_score has "
@@ -118,12 +124,12 @@ def _rules(q: Any, s: Any, comp: Any, rows: int, out_rows: int, next_n: Optional
 
 
 def _validate(q: Any, s: Any, comp: Any, rows: int, out_rows: int, next_n: Optional[int], start_pos: Any,
-              max_outputs: Optional[int]) -> None:
+              max_outputs: Optional[int], positions: int) -> None:
     """ValueError naming the first argument that disagrees (host arrays)."""
     import numpy as np
 
     arrays = [np.asarray(a, dtype=np.int64) if a is not None else None for a in (q, s, comp, start_pos)]
-    for mask, message in _rules(*arrays[:3], rows, out_rows, next_n, arrays[3], max_outputs):
+    for mask, message in _rules(*arrays[:3], rows, out_rows, next_n, arrays[3], max_outputs, positions):
         hit = np.flatnonzero(mask)
         if hit.size:
             raise ValueError(message(int(hit[0])))
@@ -173,6 +179,13 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
     _lengths(n, **arrays)
     host = x.torch is None or x.device.type != "cuda"
     capturing = not host and bool(x.torch.cuda.is_current_stream_capturing())
+    if n == 0:  # no request owns a row of kv_score: nothing to write or pool
+        status = x.torch.zeros(2, dtype=x.torch.int32, device=x.device) if x.torch is not None else \
+            x.np.zeros(2, x.np.int32)
+        _last[0] = status
+        if capturing:
+            captured_statuses.append(status)
+        return status
     stride = int(block_table_kv.shape[1])
     shift = max(7, (page_size * max(stride, 1) - 1).bit_length())
     layout = StateLayout(block_rows=page_size, block_table=block_table_kv[:n], row_shift=shift,
@@ -184,7 +197,7 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
     q, s, comp = x.i64(qs), x.i64(seq), x.i64(cu_kv_comp[:n + 1])
     sp = x.i64(start_pos[:n]) if start_pos is not None else None
     out_rows = int(output.shape[0])
-    checks = (next_n, sp, max_outputs)
+    checks = (next_n, sp, max_outputs, page_size * stride)
     flag = None
     if host:
         _validate(q, s, comp, rows, out_rows, *checks)
@@ -233,7 +246,7 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
         st = [int(v) for v in status.tolist()]
         if st[chunks]:  # the device flag: the host check names the argument
             _validate(*(a.cpu() if a is not None else None for a in (q, s, comp)), rows, out_rows, next_n,
-                      sp.cpu() if sp is not None else None, max_outputs)
+                      sp.cpu() if sp is not None else None, max_outputs, page_size * stride)
             raise ValueError("kv_lens, cu_seq_lens, cu_kv_comp: the arguments disagree")
         bad = [(i, v) for i, v in enumerate(st[:chunks]) if v]
         if bad:

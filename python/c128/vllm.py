@@ -66,10 +66,21 @@ def _rows(kv: Any, score: Any, x: _Xp) -> Any:
     if x.torch is not None:
         t, d = kv.shape
         if (kv.dim() == 2 and score.shape == kv.shape and kv.stride() == (2 * d, 1) and score.stride() == (2 * d, 1)
-                and score.data_ptr() == kv.data_ptr() + d * kv.element_size() and kv.dtype == score.dtype):
-            return kv.as_strided((t, 2 * d), (2 * d, 1))
+                and score.data_ptr() == kv.data_ptr() + d * kv.element_size() and kv.dtype == score.dtype
+                and kv.untyped_storage().data_ptr() == score.untyped_storage().data_ptr()
+                and (kv.storage_offset() + 2 * d * t) * kv.element_size() <= kv.untyped_storage().nbytes()):
+            return kv.as_strided((t, 2 * d), (2 * d, 1))  # one buffer, both halves within its storage
         return x.torch.cat([kv, score], 1).contiguous()
     return x.np.ascontiguousarray(x.np.concatenate([kv, score], 1))
+
+
+def _refuse(x: _Xp, mask: Any, message: str) -> None:
+    """ValueError when any of mask holds: host memory at once; CUDA tensors by a device-side assertion
+    (torch._assert_async: no host synchronisation, capturable), before anything is launched."""
+    if x.torch is not None and x.device.type != "cpu":
+        x.torch._assert_async(~mask.any(), message)
+    elif bool(mask.any()):
+        raise ValueError(message)
 
 
 def _per_token_table(x: _Xp, slots: Any, positions: Any, block: int) -> Tuple[Any, Any, int]:
@@ -113,6 +124,7 @@ def save_partial_states(kv: Any, score: Any, ape: Any, positions: Any, state_cac
     x = _Xp(state_cache)
     slots, pos = x.i64(slot_mapping), x.i64(positions)
     n = slots.shape[0]
+    _refuse(x, slots >= blocks * b, f"slot_mapping: a slot past the state's {blocks * b} rows (blocks x block_size)")
     rows = _rows(kv, score, x)
     table, logical, shift = _per_token_table(x, slots, pos, b)
     k = x.arange(n)
@@ -176,6 +188,9 @@ def compress_c128(state_cache: Any, token_to_req_indices: Any, positions: Any, s
     else:
         shift = max(7, (b * stride - 1).bit_length())
     boundary = ((pos + 1) % WINDOW == 0) & (slots >= 0) & (req >= 0)
+    if not is_circular:  # past the table's columns a position would wrap onto the request's first blocks
+        _refuse(x, boundary & (pos >= b * stride), f"block_table: a window ends at a position past the "
+                                                     f"{b * stride} tokens a row of it holds (block_size x columns)")
     index = None
     if entry is not None:
         es = x.i64(entry_slots)[:n]

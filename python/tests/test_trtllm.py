@@ -264,3 +264,30 @@ def test_context_batch_over_65536_rows(checked) -> None:
         assert window_error(out[row], "f32", ref) == "", f"output row {row}"
     checked(f"TensorRT-LLM context batch of {sum(ext)} rows (> 65536, cut inside a 66000-token request): planes "
             f"and {len(expect)} windows bit for bit those of the requests run one by one")
+
+
+@pytest.mark.parametrize("fw", _frameworks()[:2])
+def test_hostile_metadata(fw: str) -> None:
+    """No request: nothing written, status zero. kv_lens past the block table (whose positions would wrap onto
+    the row's first blocks) and a negative cu_kv_comp: ValueError naming them, nothing written."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((200, 2 * D)).astype(np.float32)
+    ape = rng.standard_normal((W, D)).astype(np.float32)
+    kv, sc = rng.standard_normal((4, 128, D)).astype(np.float32), rng.standard_normal((4, 128, D)).astype(np.float32)
+    before = (kv.tobytes(), sc.tobytes())
+    out = np.full((2, D), 7.0, np.float32)
+    none, zero = np.zeros((0, 1), np.int32), np.zeros(1, np.int32)
+    T.compressor_paged_kv_compress(_as(fw, x), _as(fw, ape), _as(fw, kv), _as(fw, sc), _as(fw, none),
+                                   _as(fw, none), _as(fw, out), _as(fw, np.zeros(0, np.int32)), _as(fw, zero),
+                                   _as(fw, zero), 0, 128, D, 128, 1)
+    assert [int(v) for v in T.last_status()] == [0, 0]
+    table = np.array([[2]], np.int32)  # one column: positions 0..127
+    args = lambda lens, comp: (_as(fw, x), _as(fw, ape), _as(fw, kv), _as(fw, sc), _as(fw, table), _as(fw, table),
+                               _as(fw, out), _as(fw, np.array([lens], np.int32)), _as(fw, np.array([0], np.int32)),
+                               _as(fw, np.array([0, lens], np.int32)), _as(fw, np.array(comp, np.int32)), 1, 128, D,
+                               128, 1)
+    with pytest.raises(ValueError, match=r"^kv_lens: kv_lens\[0\] = 200, but block_table_kv holds 128 tokens"):
+        T.compressor_prefill_reduction(*args(200, [0, 1]))
+    with pytest.raises(ValueError, match=r"^cu_kv_comp: cu_kv_comp\[0\] = -1 is negative"):
+        T.compressor_prefill_reduction(*args(128, [-1, 0]))
+    assert (kv.tobytes(), sc.tobytes()) == before and np.all(out == 7.0)

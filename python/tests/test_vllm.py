@@ -408,3 +408,39 @@ def test_install_warns_on_missing(monkeypatch) -> None:
     mods["vllm.models.deepseek_v4.common.ops.save_partial_states"].save_partial_states = lambda *a: None
     with pytest.warns(RuntimeWarning, match="save_partial_states: vllm.models.deepseek_v4.compressor does not hold"):
         V.install()
+
+
+@pytest.mark.parametrize("fw", frameworks())
+def test_hostile_slots_and_tables(fw: str) -> None:
+    """A slot past the state and a window past the block table's columns (whose positions would wrap onto
+    the request's first blocks): ValueError, nothing written. Halves of two separate buffers are rows too."""
+    rng = np.random.default_rng(5)
+    d, blocks = 128, 40
+    state = rng.standard_normal((blocks, 8, 2 * d)).astype(np.float32)
+    ape = rng.standard_normal((W, d)).astype(np.float32)
+    rows = rng.standard_normal((3, 2 * d)).astype(np.float32)
+    pos = np.arange(3, dtype=np.int64)
+    before = state.tobytes()
+    for slots in ([0, 1, blocks * 8 + 2], [0, 1, ((1 << 32) + 3) * 8 + 2]):
+        with pytest.raises(ValueError, match="^slot_mapping: a slot past the state's 320 rows"):
+            V.save_partial_states(_as(fw, rows[:, :d]), _as(fw, rows[:, d:]), _as(fw, ape), _as(fw, pos),
+                                  _as(fw, state), _as(fw, np.array(slots, np.int64)), 8, d, 128)
+    assert state.tobytes() == before
+    table = rng.permutation(blocks)[:16].astype(np.int32).reshape(1, 16)  # 128 positions
+    out = np.full((256, d), 7.0, np.float32)
+    p = np.arange(256, dtype=np.int64)
+    with pytest.raises(ValueError, match="^block_table: a window ends at a position past the 128 tokens"):
+        V.compress_norm_rope_store_cutedsl(
+            state_cache=_as(fw, state), token_to_req_indices=_as(fw, np.zeros(256, np.int32)),
+            positions=_as(fw, p), slot_mapping=_as(fw, table[0, p % 128 // 8].astype(np.int64) * 8 + p % 8),
+            block_table=_as(fw, table), block_size=8, state_width=d, compress_ratio=128, compressed_kv=_as(fw, out))
+    assert np.all(out == 7.0)
+    if fw != "numpy":  # kv and score: adjacent halves, but of two buffers (from_numpy of two views)
+        import torch
+
+        got, want = state.copy(), state.copy()
+        for s, (k, sc) in ((got, (torch.from_numpy(rows[:, :d]), torch.from_numpy(rows[:, d:]))),
+                           (want, (torch.from_numpy(rows[:, :d].copy()), torch.from_numpy(rows[:, d:].copy())))):
+            V.save_partial_states(k, sc, torch.from_numpy(ape), torch.from_numpy(pos), torch.from_numpy(s),
+                                  torch.from_numpy(pos), 8, d, 128)
+        assert got.tobytes() == want.tobytes() != before
