@@ -323,8 +323,7 @@ def compare_entries(np: Any, E: Any, cache_v: Any, cache_c: Any, oracles: Dict[i
     allowed = ((bounds[..., 0] <= np.minimum(e_v, e_c)) & (np.maximum(e_v, e_c) <= bounds[..., 1]))
     z = np.array([oracles[int(loc)].z for loc in locs], np.float64)  # nominal bf16 z before RoPE, [n, 512]
 
-    def ulp(v: Any) -> Any:  # of a bf16 value (normal range)
-        return np.exp2(np.floor(np.log2(np.maximum(np.abs(v), 2.0 ** -126))) - 7)
+    ulp = E.bf16_ulp
 
     # vLLM rounds neither y nor z to bf16: its z may differ by about one bf16 ulp, so its amax may cross a
     # power of two times 448 that the reference chain's does not reach within its own (one-ulp) bounds
@@ -362,9 +361,10 @@ def compare_entries(np: Any, E: Any, cache_v: Any, cache_c: Any, oracles: Dict[i
     v_ref = sum(bool(E.check_entry(cache_v, "dsv4_fp8", 512, per_page, page_bytes, int(loc), o))
                 for loc, o in oracles.items())
     summary = (f"{len(locs)} entries, {differ} differ at all; codes differing {(code_d[same] > 0).mean():.2%}, "
-               f"RoPE values differing {(rope_d > 0).mean():.2%} (at most {np.max(np.maximum(gap, 0) / reach, initial=0):.0%} "
-               f"of their inputs' reach), scale bytes differing {scale_diff.sum()} (all at power-of-two boundaries); vLLM entries outside the "
-               f"reference chain's bounds: {v_ref}")
+               f"RoPE values differing {(rope_d > 0).mean():.2%} (at most "
+               f"{np.max(np.maximum(gap, 0) / reach, initial=0):.0%} of their inputs' reach), scale bytes differing "
+               f"{scale_diff.sum()} (all at power-of-two boundaries); vLLM entries outside the reference chain's "
+               f"bounds: {v_ref}")
     for side, cache in (("vLLM", cache_v), ("c128", cache_c)):
         mask = E.written_mask(cache.size, "dsv4_fp8", 512, per_page, page_bytes, locs)
         stray = np.nonzero((cache.reshape(-1) != POISON) & ~mask)[0]

@@ -21,11 +21,11 @@ Errors: an eager call checks what the arguments imply (``next_n`` each request's
 ``start_pos[b] == kv_lens[b] - new tokens``, ``max_outputs`` at least each request's new windows,
 ``cu_seq_lens`` non-decreasing within kv_score, ``cu_kv_comp`` rows within ``output``, ``kv_lens`` within
 the block table's ``page_size`` x columns (past it a position would wrap onto the row's first blocks);
-ValueError naming the argument) and raises :class:`c128.Error` for a batch the planner refuses (a block outside the planes, ...),
-with nothing written. Host arrays are checked before anything runs; CUDA tensors cost one synchronisation per
-call (the status is read after the launch, which writes nothing for such a batch). While a CUDA graph captures
-nothing is checked or read back: the status tensor is the only report (:data:`captured_statuses`,
-:func:`last_status`).
+ValueError naming the argument) and raises :class:`c128.Error` for a batch the planner refuses (a block
+outside the planes, ...), with nothing written. Host arrays are checked before anything runs; CUDA tensors
+cost one synchronisation per call (the status is read after the launch, which writes nothing for such a
+batch). While a CUDA graph captures nothing is checked or read back: the status tensor is the only report
+(:data:`captured_statuses`, :func:`last_status`).
 
 Tensors: PyTorch (CPU: the host runner; CUDA: the kernels on the current stream) or NumPy arrays;
 ``kv_score`` [T, 2 * head_dim] f32 or bf16; ``ape`` [128, head_dim] f32; ``output`` f32 or bf16; int32
@@ -197,7 +197,8 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
     q, s, comp = x.i64(qs), x.i64(seq), x.i64(cu_kv_comp[:n + 1])
     sp = x.i64(start_pos[:n]) if start_pos is not None else None
     out_rows = int(output.shape[0])
-    checks = (next_n, sp, max_outputs, page_size * stride)
+    positions = page_size * stride  # a request's tokens the block table holds
+    checks = (next_n, sp, max_outputs, positions)
     flag = None
     if host:
         _validate(q, s, comp, rows, out_rows, *checks)
@@ -246,7 +247,7 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
         st = [int(v) for v in status.tolist()]
         if st[chunks]:  # the device flag: the host check names the argument
             _validate(*(a.cpu() if a is not None else None for a in (q, s, comp)), rows, out_rows, next_n,
-                      sp.cpu() if sp is not None else None, max_outputs, page_size * stride)
+                      sp.cpu() if sp is not None else None, max_outputs, positions)
             raise ValueError("kv_lens, cu_seq_lens, cu_kv_comp: the arguments disagree")
         bad = [(i, v) for i, v in enumerate(st[:chunks]) if v]
         if bad:

@@ -135,9 +135,9 @@ def save_partial_states(kv: Any, score: Any, ape: Any, positions: Any, state_cac
     layout = StateLayout(block_rows=b, block_table=table, row_shift=shift, score_biased=True)
     prefill(state_cache, rows, ape, _out_none(x, d), empty, plans, state_layout=layout)
     other = (slots >= 0) & ~aligned
-    if x.torch is not None and state_cache.device.type != "cpu":
-        x.torch._assert_async(~other.any(), "c128.vllm.save_partial_states: a slot_mapping entry whose offset in "
-                                            "its block is not position % block_size")
+    if x.torch is not None and x.device.type != "cpu":
+        _refuse(x, other, "c128.vllm.save_partial_states: a slot_mapping entry whose offset in its block is not "
+                          "position % block_size")
         return
     if bool(other.any()):  # host memory: the rows of such slots by array operations
         t = x.torch.nonzero(other).flatten() if x.torch is not None else x.np.nonzero(other)[0]

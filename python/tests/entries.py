@@ -42,13 +42,18 @@ def _exponent(a: np.ndarray) -> np.ndarray:
     return np.where(np.exp2(e + 1) <= a, e + 1, e)
 
 
+def bf16_ulp(x) -> np.ndarray:
+    """The spacing of bf16 values at |x|: 8 significant bits, that of 2^-126 below it (subnormals, zero)."""
+    return np.exp2(_exponent(np.maximum(np.abs(np.asarray(x, np.float64)), 2.0 ** -126)) - 7)
+
+
 def bf16_round(x) -> np.ndarray:
     """Float64 values rounded to the nearest bf16 value, ties to even; overflow to +-inf, NaN stays."""
     x = np.asarray(x, np.float64)
     out = x.copy()
     m = np.isfinite(x) & (x != 0)
     a = np.abs(x[m])
-    ulp = np.exp2(np.maximum(_exponent(a), -126) - 7)  # 8 significant bits; subnormals below 2^-126
+    ulp = bf16_ulp(a)
     q = np.round(a / ulp) * ulp  # a / ulp is exact; np.round ties to even
     q = np.where(q >= 2.0 ** 128, np.inf, q)
     out[m] = np.copysign(q, x[m])
