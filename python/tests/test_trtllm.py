@@ -286,8 +286,9 @@ def test_hostile_metadata(fw: str) -> None:
                                _as(fw, out), _as(fw, np.array([lens], np.int32)), _as(fw, np.array([0], np.int32)),
                                _as(fw, np.array([0, lens], np.int32)), _as(fw, np.array(comp, np.int32)), 1, 128, D,
                                128, 1)
-    with pytest.raises(ValueError, match=r"^kv_lens: kv_lens\[0\] = 200, but block_table_kv holds 128 tokens"):
-        T.compressor_prefill_reduction(*args(200, [0, 1]))
+    for lens in (129, 200):  # just past the table, and well past it
+        with pytest.raises(ValueError, match=rf"^kv_lens: kv_lens\[0\] = {lens}, but block_table_kv holds 128 "):
+            T.compressor_prefill_reduction(*args(lens, [0, 1]))
     with pytest.raises(ValueError, match=r"^cu_kv_comp: cu_kv_comp\[0\] = -1 is negative"):
         T.compressor_prefill_reduction(*args(128, [-1, 0]))
     assert (kv.tobytes(), sc.tobytes()) == before and np.all(out == 7.0)

@@ -421,7 +421,8 @@ def test_hostile_slots_and_tables(fw: str) -> None:
     rows = rng.standard_normal((3, 2 * d)).astype(np.float32)
     pos = np.arange(3, dtype=np.int64)
     before = state.tobytes()
-    for slots in ([0, 1, blocks * 8 + 2], [0, 1, ((1 << 32) + 3) * 8 + 2]):
+    # the first row past the state (its offset not pos % 8), the first aligned one, and a block past int32
+    for slots in ([0, 1, blocks * 8], [0, 1, blocks * 8 + 2], [0, 1, ((1 << 32) + 3) * 8 + 2]):
         with pytest.raises(ValueError, match="^slot_mapping: a slot past the state's 320 rows"):
             V.save_partial_states(_as(fw, rows[:, :d]), _as(fw, rows[:, d:]), _as(fw, ape), _as(fw, pos),
                                   _as(fw, state), _as(fw, np.array(slots, np.int64)), 8, d, 128)
