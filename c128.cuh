@@ -725,8 +725,19 @@ typedef struct c128_device_plan_args {
   int32_t pdl;
   /* Instead of `requests` (NULL): an engine's own arrays, device, request i = {pool_indices ?
      pool_indices[i] : i, seq_lens[i], query_start[i + 1] - query_start[i]} (vLLM: seq_lens and
-     query_start_loc; TensorRT-LLM: kv_lens and cu_seq_lens). Decode reads no query_start. */
+     query_start_loc; TensorRT-LLM: kv_lens and cu_seq_lens). Request i's new tokens are input
+     rows query_start[i] ..: with query_start[0] > 0 (TensorRT-LLM's generation call, whose rows
+     follow the context requests') every plan's input row is query_start[0] past the host
+     planner's, and the rows before it count towards the 65536 a launch addresses; a negative
+     query_start[0] is C128_ERROR_NEGATIVE_SIZE. Decode reads no query_start. */
   const int32_t *seq_lens, *query_start, *pool_indices;
+  /* Optional, both or neither (device): where each window goes, for the launch's output_index.
+     Request i's j-th window of the batch goes to output_first[i] + j (TensorRT-LLM's cu_kv_comp),
+     written to output_index[its input row]: prefill, [capacity] entries (every input row must be
+     below capacity, else C128_ERROR_CAPACITY_TOO_SMALL), only the windows' rows written; decode,
+     [num_requests], output_first[b] (-1 for padding rows and a refused batch). */
+  const int32_t *output_first;
+  int64_t *output_index;
 } c128_device_plan_args;
 
 /* The host's form of an engine's arrays (see c128_device_plan_args): requests[i] = {pool_indices ?
@@ -3449,23 +3460,45 @@ C128__FN c128__shape c128__request_shape(const c128_ring *r, c128_request q) {
   return s;
 }
 
-/* Every page the request's plans name lies in the pool and the state. A request's pages differ
-   only by ring chunk, so one check per compress event and per 128 written positions suffices
-   (at most 1026 lookups: extend_len <= 65536 is checked first). */
-C128__FN c128_status c128__request_pages(const c128_ring *r, c128_request q, c128__shape s) {
+/* A request's checks and claims are split into units, one per 128-position chunk of the
+   positions it pools or writes, so that the device planner's threads share a long request (a
+   thread per request took 137 us for one of 8192 new tokens on the H200: ~200 dependent loads
+   and atomics). Unit u covers chunk (lo >> 7) + u, lo the first window's last position or the
+   first persisted one, whichever is lower, up to the chunk of seq_len - 1; none without either. */
+C128__FN int64_t c128__units_lo(c128__shape s) {
+  return s.num_compress > 0 && s.first_event < s.first_write ? s.first_event : s.first_write;
+}
+C128__FN int64_t c128__units_of(c128_request q, c128__shape s) {
+  if (c128__absent(q) || (s.num_compress <= 0 && s.num_write <= 0)) return 0;
+  return ((int64_t)q.seq_len - 1) / C128_WINDOW - c128__units_lo(s) / C128_WINDOW + 1;
+}
+
+/* Every page that unit u's plans name lies in the pool and the state: the window that ends in
+   its chunk, if any, then the positions it persists. The host planner runs a request's units in
+   order and keeps the first failure; the device planner keeps the batch's lowest failing unit,
+   the same one. */
+C128__FN c128_status c128__unit_pages(const c128_ring *r, c128_request q, c128__shape s, int64_t u) {
   int32_t page;
   c128_status st = C128_SUCCESS;
-  for (int64_t m = 0; m < s.num_compress && st == C128_SUCCESS; ++m) {
-    const int64_t pos = s.first_event + m * C128_WINDOW, start = pos - C128__LAST_ROW;
+  const int64_t chunk = (c128__units_lo(s) / C128_WINDOW + u) * C128_WINDOW, pos = chunk + C128__LAST_ROW;
+  if (s.num_compress > 0 && pos >= s.first_event && pos <= s.first_event + (s.num_compress - 1) * C128_WINDOW) {
+    const int64_t start = pos - C128__LAST_ROW;
     st = c128__ring_page(r, q.pool_index, pos, &page);
     if (st == C128_SUCCESS) st = c128__ring_page(r, q.pool_index, pos >= C128_WINDOW ? pos - C128_WINDOW : 0, &page);
     /* the window rows before the batch come from the state */
     if (st == C128_SUCCESS) st = c128__ring_blocks(r, q.pool_index, start, s.prefix - start);
     if (st == C128_SUCCESS && r->rope_positions > 0 && start >= r->rope_positions) st = C128_ERROR_ROPE_TABLE_TOO_SHORT;
   }
-  for (int64_t pos = s.first_write; pos < q.seq_len && st == C128_SUCCESS; pos = (pos / C128_WINDOW + 1) * C128_WINDOW)
-    st = c128__ring_page(r, q.pool_index, pos, &page);
-  if (st == C128_SUCCESS) st = c128__ring_blocks(r, q.pool_index, s.first_write, q.seq_len - s.first_write);
+  const int64_t lo = chunk > s.first_write ? chunk : s.first_write, hi = q.seq_len < pos + 1 ? q.seq_len : pos + 1;
+  if (st == C128_SUCCESS && lo < hi) st = c128__ring_page(r, q.pool_index, lo, &page);
+  if (st == C128_SUCCESS && lo < hi) st = c128__ring_blocks(r, q.pool_index, lo, hi - lo);
+  return st;
+}
+
+C128__FN c128_status c128__request_pages(const c128_ring *r, c128_request q, c128__shape s) {
+  c128_status st = C128_SUCCESS;
+  for (int64_t u = 0, units = c128__units_of(q, s); u < units && st == C128_SUCCESS; ++u)
+    st = c128__unit_pages(r, q, s, u);
   return st;
 }
 
@@ -3601,22 +3634,33 @@ C128__FN int c128__claim_row(const c128_ring *r, int64_t row, uint64_t *table, i
   }
   return 1;
 }
-/* Claims what a request writes at positions first .. seq_len - 1: the part of each ring chunk (or
-   table column) they span, each chunk once. They span at most R positions, so a chunk recurs only
-   as the last one, the first chunk's other rows, R positions past the first chunk's start (or,
-   with blocks longer than R, as the second): it is not claimed again. 0 when a part is claimed already. Positions fit 32 bits (int32 lengths),
-   counted unsigned so that the step past the last chunk cannot overflow: 64-bit arithmetic here
-   made the device planner spill on sm_100. */
-C128__FN int c128__claim_written(const c128_ring *r, c128_request q, int64_t first, uint64_t *table, int64_t slots,
-                                 int64_t req) {
+/* Claims what unit u of a request writes (c128__units_of): the part (ring chunk or table block)
+   of each position it persists that is the request's first persisted position or starts a
+   part, each part once. The persisted positions span at most R, so a part recurs only as the
+   last one, the first part's other rows, R positions past the first part's start (or, with
+   blocks longer than R, as the second): it is not claimed again. 0 when a part is claimed
+   already. Positions fit 32 bits (int32 lengths), counted unsigned so that the step past the
+   last part cannot overflow: 64-bit arithmetic here made the device planner spill on sm_100. */
+C128__FN int c128__claim_unit(const c128_ring *r, c128_request q, c128__shape s, int64_t u, uint64_t *table,
+                              int64_t slots, int64_t req) {
   const int shift = c128__claim_shift(r);
-  const uint32_t ring = (uint32_t)c128__ring_tokens(r), start0 = (uint32_t)first >> shift << shift;
+  const uint32_t first = (uint32_t)s.first_write, ring = (uint32_t)c128__ring_tokens(r),
+                 start0 = first >> shift << shift;
+  const uint32_t chunk = (uint32_t)((c128__units_lo(s) / C128_WINDOW + u) * C128_WINDOW);
+  const uint32_t end = (uint32_t)q.seq_len < chunk + C128_WINDOW ? (uint32_t)q.seq_len : chunk + C128_WINDOW;
+  uint32_t pos = chunk > first ? (((chunk - 1) >> shift) + 1) << shift : first; /* the first part start in the chunk */
   int32_t page;
-  for (uint32_t pos = (uint32_t)first; pos < (uint32_t)q.seq_len; pos = ((pos >> shift) + 1) << shift) {
+  for (; pos < end; pos = ((pos >> shift) + 1) << shift) {
     if (pos != first && pos - start0 >= ring) break;
     if (c128__ring_page(r, q.pool_index, pos, &page) != C128_SUCCESS) continue;
     if (!c128__claim_row(r, (int64_t)page * C128_WINDOW + pos % C128_WINDOW, table, slots, req)) return 0;
   }
+  return 1;
+}
+C128__FN int c128__claim_written(const c128_ring *r, c128_request q, uint64_t *table, int64_t slots, int64_t req) {
+  const c128__shape s = c128__request_shape(r, q);
+  for (int64_t u = 0, units = c128__units_of(q, s); u < units; ++u)
+    if (!c128__claim_unit(r, q, s, u, table, slots, req)) return 0;
   return 1;
 }
 /* A decode plan's boundary window reads window rows 0..126 from the state in the same launch in
@@ -3719,9 +3763,7 @@ C128_API c128_status c128_plan_prefill(const c128_ring *ring, const c128_request
   if (st == C128_SUCCESS && !(claimed = (uint64_t *)c128__scratch_get(&claim_scratch, (size_t)slots * sizeof *claimed)))
     st = C128_ERROR_OUT_OF_MEMORY;
   for (int64_t i = 0; i < num_requests && st == C128_SUCCESS; ++i)
-    if (!c128__absent(q[i]) &&
-        !c128__claim_written(&r, q[i], c128__request_shape(&r, q[i]).first_write, claimed, slots, i))
-      st = C128_ERROR_PAGE_SHARED;
+    if (!c128__absent(q[i]) && !c128__claim_written(&r, q[i], claimed, slots, i)) st = C128_ERROR_PAGE_SHARED;
   /* Each plan is built whole in a local. A page that no longer checks (the page table changed
      during the call) turns every entry written so far back into a sentinel. */
   const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
@@ -3808,16 +3850,19 @@ C128_API c128_status c128_requests_from_lens(const int32_t *seq_lens, const int3
 /* The device planners: two launches, each a block program of steps (as the kernels'), which
    c128_plan_*_device_host runs on the CPU. Kernel 1 is one block: step 0 clears the claim table;
    then per chunk of 256 requests, a step in which thread t copies request base + t into the
-   workspace, checks it and counts its plans, and a step in which thread 0 turns the counts into
-   exclusive prefix sums and the first error; then, if no request failed, a step in which every
-   thread claims what its requests write, and one in which it checks their decode windows against
-   the claims; the last step publishes status and counts.
+   workspace, checks it and counts its plans and units (c128__units_of), and a step in which
+   thread 0 turns the counts into exclusive prefix sums and the first failed check; then a step
+   in which the threads share the batch's units and check their pages, one that takes the
+   batch's first failure, and, if there is none, a step in which they share the units' claims,
+   and one in which every thread checks its requests' decode windows against the claims; the last
+   step publishes status and counts. A failure is keyed by its place in the host planner's order
+   (request, its checks, its units in order) and the lowest key wins, whatever thread found it.
    Kernel 2: one thread per plan slot finds its request by binary search over the sums and
    computes its plan from the workspace's copy. */
 #define C128__PLAN_THREADS 256
 
-/* Workspace, in int64 words: the header, 3 x (n + 1) sums, the requests' copy, the page table. */
-enum { C128__WS_STATUS, C128__WS_COMPRESS, C128__WS_WRITE, C128__WS_SHARED, C128__WS_HEADER };
+/* Workspace, in int64 words: the header, 4 x (n + 1) sums, the requests' copy, the page table. */
+enum { C128__WS_STATUS, C128__WS_COMPRESS, C128__WS_WRITE, C128__WS_SHARED, C128__WS_FAILED, C128__WS_HEADER };
 
 typedef struct c128__plan_params {
   c128_device_plan_args a;
@@ -3825,17 +3870,28 @@ typedef struct c128__plan_params {
 } c128__plan_params;
 
 typedef struct c128__plan_chunk {
-  int32_t check[C128__PLAN_THREADS], pages[C128__PLAN_THREADS];
+  int32_t check[C128__PLAN_THREADS];
   int64_t num_compress[C128__PLAN_THREADS], num_write[C128__PLAN_THREADS], rows[C128__PLAN_THREADS];
-  int64_t total_compress, total_write, total_rows;
+  int64_t units[C128__PLAN_THREADS];
+  int64_t total_compress, total_write, total_rows, total_units;
+  uint64_t failed; /* the first failed check's key (c128__fail_key), or ~0 */
   int32_t status;
 } c128__plan_chunk;
 
-/* Word offset of part `part` of a workspace for n requests: parts 0..2 are the sums, then the
-   requests' copy, the page table and the end. n <= INT32_MAX / 2 keeps every offset in range. */
-enum { C128__WS_PART_REQUESTS = 3, C128__WS_PART_PAGES, C128__WS_PART_END };
+/* Word offset of part `part` of a workspace for n requests: parts 0..3 are the sums (plans,
+   writes, rows, units), then the requests' copy, the page table and the end. n <= INT32_MAX / 2
+   keeps every offset in range. */
+enum {
+  C128__WS_SUM_COMPRESS,
+  C128__WS_SUM_WRITE,
+  C128__WS_SUM_ROWS,
+  C128__WS_SUM_UNITS,
+  C128__WS_PART_REQUESTS,
+  C128__WS_PART_PAGES,
+  C128__WS_PART_END
+};
 C128__FN int64_t c128__ws_offset(int64_t n, int part) {
-  const int64_t requests = C128__WS_HEADER + 3 * (n + 1);
+  const int64_t requests = C128__WS_HEADER + C128__WS_PART_REQUESTS * (n + 1);
   const int64_t pages = requests + (n * (int64_t)sizeof(c128_request) + 7) / 8;
   if (part < C128__WS_PART_REQUESTS) return C128__WS_HEADER + part * (n + 1);
   if (part == C128__WS_PART_REQUESTS) return requests;
@@ -3856,8 +3912,9 @@ C128_API size_t c128_plan_workspace_size(int64_t num_requests) {
   return (size_t)c128__ws_offset(num_requests, C128__WS_PART_END) * sizeof(int64_t);
 }
 
+/* step 0; count and scan per chunk; pages, verdict, claims, windows, finish */
 C128__FN int c128__plan_steps(const c128__plan_params *p) {
-  return 4 + 2 * (int)((p->a.num_requests + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS);
+  return 6 + 2 * (int)((p->a.num_requests + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS);
 }
 
 /* Request i of the device planner's batch, from a c128_request array or the engine's arrays. */
@@ -3870,10 +3927,32 @@ C128__FN c128_request c128__request_at(const c128_device_plan_args *a, int decod
   return q;
 }
 
+/* Request owning plan slot (or unit) k: the last i with sums[i] <= k (sums non-decreasing). */
+C128__FN int64_t c128__owner(const int64_t *sums, int64_t n, int64_t k) {
+  int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (sums[mid] <= k) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/* The order of the host planner: request i's checks (and the row limit) at place units_before +
+   i, its unit u at units_before + i + 1 + u; the status in the low byte. */
+C128__FN uint64_t c128__fail_key(int64_t place, c128_status st) { return (uint64_t)place << 8 | (uint32_t)st; }
+C128__FN void c128__fail_at(uint64_t *failed, uint64_t key) {
+#ifdef __CUDA_ARCH__
+  atomicMin((unsigned long long *)failed, (unsigned long long)key);
+#else
+  if (key < *failed) *failed = key;
+#endif
+}
+
 C128__FN void c128__plan_count(const c128__plan_params *p, int64_t base, int tid, c128__plan_chunk *c) {
   const int64_t i = base + tid;
-  c->check[tid] = c->pages[tid] = C128_SUCCESS;
-  c->num_compress[tid] = c->num_write[tid] = c->rows[tid] = 0;
+  c->check[tid] = C128_SUCCESS;
+  c->num_compress[tid] = c->num_write[tid] = c->rows[tid] = c->units[tid] = 0;
   if (i >= p->a.num_requests) return;
   const c128_request q = c128__request_at(&p->a, p->decode, i); /* the one read of the caller's request */
   c128__ws_requests(p)[i] = q;
@@ -3885,52 +3964,80 @@ C128__FN void c128__plan_count(const c128__plan_params *p, int64_t base, int tid
   }
   if ((c->check[tid] = c128__request_check(r, q, p->a.verify)) != C128_SUCCESS || c128__absent(q)) return;
   const c128__shape s = c128__request_shape(r, q);
-  c->pages[tid] = c128__request_pages(r, q, s);
   c->num_compress[tid] = s.num_compress, c->num_write[tid] = s.num_write, c->rows[tid] = q.extend_len;
+  c->units[tid] = c128__units_of(q, s);
 }
 
-/* The claims of a batch whose requests all passed (the status so far: its claims then fit the
-   table), thread tid taking requests tid, tid + 256, ...: what they write (step `windows` 0),
-   then, every claim made, the blocks their decode windows read (1). A page that no longer checks
-   (a page table changed) claims nothing: its plan's emission fails. */
-C128__FN void c128__plan_claims(const c128__plan_params *p, int windows, int tid, const c128__plan_chunk *c) {
-  if (c->status != C128_SUCCESS) return;
+/* The running totals live in registers: read and written through `c` in every iteration (shared
+   memory the compiler must assume the sums' stores may alias), 128 one-token requests took most
+   of kernel 1's 30 us on the H200. */
+C128__FN void c128__plan_scan(const c128__plan_params *p, int64_t base, c128__plan_chunk *c) {
+  int64_t *sum_c = c128__ws_sums(p, C128__WS_SUM_COMPRESS), *sum_w = c128__ws_sums(p, C128__WS_SUM_WRITE);
+  int64_t *sum_r = c128__ws_sums(p, C128__WS_SUM_ROWS), *sum_u = c128__ws_sums(p, C128__WS_SUM_UNITS);
+  int64_t compress = c->total_compress, write = c->total_write, rows = c->total_rows, units = c->total_units;
+  uint64_t failed = c->failed;
+  const int count =
+      p->a.num_requests - base < C128__PLAN_THREADS ? (int)(p->a.num_requests - base) : C128__PLAN_THREADS;
+  for (int t = 0; t < count; ++t) {
+    const int64_t i = base + t;
+    sum_c[i] = compress, sum_w[i] = write, sum_r[i] = rows, sum_u[i] = units;
+    const c128_status st = c->check[t] != C128_SUCCESS                 ? (c128_status)c->check[t]
+                           : rows + c->rows[t] > C128_MAX_PREFILL_ROWS ? C128_ERROR_TOO_MANY_ROWS
+                                                                       : C128_SUCCESS;
+    if (st != C128_SUCCESS && failed == ~0ull) failed = c128__fail_key(units + i, st);
+    compress += c->num_compress[t], write += c->num_write[t], rows += c->rows[t], units += c->units[t];
+  }
+  c->total_compress = compress, c->total_write = write, c->total_rows = rows, c->total_units = units;
+  c->failed = failed;
+}
+
+/* Units g = tid, tid + 256, ... of the batch: their pages (`claims` 0), or, the batch having
+   passed, their claims (1). A page that no longer checks (a page table changed) claims nothing:
+   its plan's emission fails. */
+C128__FN void c128__plan_units(const c128__plan_params *p, int claims, int tid, const c128__plan_chunk *c) {
+  if (claims && c->status != C128_SUCCESS) return;
+  const c128_ring *r = &p->a.ring;
+  const c128_request *q = c128__ws_requests(p);
+  const int64_t *sum_u = c128__ws_sums(p, C128__WS_SUM_UNITS), n = p->a.num_requests;
+  uint64_t *ws = (uint64_t *)p->a.workspace, *claimed = c128__ws_pages(p);
+  const int64_t slots = c128__ring_claim_slots(r, n, p->decode);
+  for (int64_t g = tid; g < c->total_units; g += C128__PLAN_THREADS) {
+    const int64_t i = c128__owner(sum_u, n, g), u = g - sum_u[i];
+    const c128__shape s = c128__request_shape(r, q[i]);
+    if (claims) {
+      if (!c128__claim_unit(r, q[i], s, u, claimed, slots, i)) ws[C128__WS_SHARED] = 1;
+    } else {
+      const c128_status st = c128__unit_pages(r, q[i], s, u);
+      if (st != C128_SUCCESS) c128__fail_at(&ws[C128__WS_FAILED], c128__fail_key(g + i + 1, st));
+    }
+  }
+}
+
+/* A decode batch that passed: thread tid claims the rows its requests tid, tid + 256, ... write
+   (`windows` 0), then, every claim made, checks the blocks their windows read (1). */
+C128__FN void c128__plan_decode_claims(const c128__plan_params *p, int windows, int tid, const c128__plan_chunk *c) {
+  if (c->status != C128_SUCCESS || !p->decode) return;
   const c128_ring *r = &p->a.ring;
   const c128_request *q = c128__ws_requests(p);
   uint64_t *claimed = c128__ws_pages(p), *shared = (uint64_t *)p->a.workspace + C128__WS_SHARED;
   const int64_t slots = c128__ring_claim_slots(r, p->a.num_requests, p->decode);
   for (int64_t i = tid; i < p->a.num_requests; i += C128__PLAN_THREADS) {
     c128_decode_plan d;
-    if (!p->decode) {
-      if (!windows && !c128__absent(q[i]) &&
-          !c128__claim_written(r, q[i], c128__request_shape(r, q[i]).first_write, claimed, slots, i))
-        *shared = 1;
-    } else if (c128__decode_plan_of(r, q[i], &d) == C128_SUCCESS && d.seq_len) {
-      if (windows ? !c128__window_unclaimed(r, d, claimed, slots) : !c128__claim_row(r, d.write_loc, claimed, slots, i))
-        *shared = 1;
-    }
-  }
-}
-
-C128__FN void c128__plan_scan(const c128__plan_params *p, int64_t base, c128__plan_chunk *c) {
-  int64_t *sum_c = c128__ws_sums(p, 0), *sum_w = c128__ws_sums(p, 1), *sum_r = c128__ws_sums(p, 2);
-  for (int t = 0; t < C128__PLAN_THREADS && base + t < p->a.num_requests; ++t) {
-    const int64_t i = base + t;
-    sum_c[i] = c->total_compress, sum_w[i] = c->total_write, sum_r[i] = c->total_rows;
-    if (c->status == C128_SUCCESS) /* the host planner's order: checks, row limit, pages */
-      c->status = c->check[t] != C128_SUCCESS                          ? c->check[t]
-                  : c->total_rows + c->rows[t] > C128_MAX_PREFILL_ROWS ? (int32_t)C128_ERROR_TOO_MANY_ROWS
-                                                                       : c->pages[t];
-    c->total_compress += c->num_compress[t], c->total_write += c->num_write[t], c->total_rows += c->rows[t];
+    if (c128__decode_plan_of(r, q[i], &d) == C128_SUCCESS && d.seq_len &&
+        (windows ? !c128__window_unclaimed(r, d, claimed, slots) : !c128__claim_row(r, d.write_loc, claimed, slots, i)))
+      *shared = 1;
   }
 }
 
 C128__FN void c128__plan_finish(const c128__plan_params *p, c128__plan_chunk *c) {
   const int64_t n = p->a.num_requests;
   int64_t *ws = (int64_t *)p->a.workspace;
-  c128__ws_sums(p, 0)[n] = c->total_compress, c128__ws_sums(p, 1)[n] = c->total_write;
-  c128__ws_sums(p, 2)[n] = c->total_rows;
-  if (c->status == C128_SUCCESS && !p->decode && (c->total_compress > p->a.capacity || c->total_write > p->a.capacity))
+  c128__ws_sums(p, C128__WS_SUM_COMPRESS)[n] = c->total_compress,
+                   c128__ws_sums(p, C128__WS_SUM_WRITE)[n] = c->total_write;
+  c128__ws_sums(p, C128__WS_SUM_ROWS)[n] = c->total_rows, c128__ws_sums(p, C128__WS_SUM_UNITS)[n] = c->total_units;
+  if (c->status == C128_SUCCESS && !p->decode &&
+      (c->total_compress > p->a.capacity || c->total_write > p->a.capacity ||
+       (p->a.output_index && c->total_rows > p->a.capacity)))
     c->status = C128_ERROR_CAPACITY_TOO_SMALL;
   if (c->status == C128_SUCCESS && ws[C128__WS_SHARED]) c->status = C128_ERROR_PAGE_SHARED;
   const int ok = c->status == C128_SUCCESS && !p->decode;
@@ -3946,32 +4053,36 @@ C128__FN void c128__plan_step(const c128__plan_params *p, int step, int tid, c12
   const int last = c128__plan_steps(p) - 1;
   if (step == 0) {
     const int64_t slots = c128__ring_claim_slots(&p->a.ring, p->a.num_requests, p->decode);
-    uint64_t *claimed = c128__ws_pages(p);
+    uint64_t *claimed = c128__ws_pages(p), *ws = (uint64_t *)p->a.workspace;
     for (int64_t k = tid; k < slots; k += C128__PLAN_THREADS) claimed[k] = 0;
     if (tid == 0) {
-      ((int64_t *)p->a.workspace)[C128__WS_SHARED] = 0;
-      c->total_compress = c->total_write = c->total_rows = 0, c->status = C128_SUCCESS;
+      ws[C128__WS_SHARED] = 0, ws[C128__WS_FAILED] = ~0ull;
+      c->total_compress = c->total_write = c->total_units = 0, c->status = C128_SUCCESS, c->failed = ~0ull;
+      /* the engine's query_start names the batch's input rows, the first possibly past row 0 */
+      const int from_query = !p->decode && !p->a.requests && p->a.query_start;
+      c->total_rows = from_query ? p->a.query_start[0] : 0;
+      if (c->total_rows < 0) c->failed = c128__fail_key(0, C128_ERROR_NEGATIVE_SIZE), c->total_rows = 0;
     }
   } else if (step == last) {
     if (tid == 0) c128__plan_finish(p, c);
-  } else if (step >= last - 2) {
-    c128__plan_claims(p, step == last - 1, tid, c);
+  } else if (step == last - 4) {
+    c128__plan_units(p, 0, tid, c);
+  } else if (step == last - 3) {
+    if (tid == 0) {
+      const uint64_t unit = ((const uint64_t *)p->a.workspace)[C128__WS_FAILED];
+      const uint64_t first = unit < c->failed ? unit : c->failed;
+      c->status = first == ~0ull ? C128_SUCCESS : (int32_t)(first & 0xFF);
+    }
+  } else if (step == last - 2) {
+    c128__plan_units(p, 1, tid, c);
+    c128__plan_decode_claims(p, 0, tid, c);
+  } else if (step == last - 1) {
+    c128__plan_decode_claims(p, 1, tid, c);
   } else {
     const int64_t base = (int64_t)((step - 1) / 2) * C128__PLAN_THREADS;
     if ((step - 1) % 2 == 0) c128__plan_count(p, base, tid, c);
     else if (tid == 0) c128__plan_scan(p, base, c);
   }
-}
-
-/* Request owning plan slot k: the last i with sums[i] <= k (sums non-decreasing). */
-C128__FN int64_t c128__owner(const int64_t *sums, int64_t n, int64_t k) {
-  int64_t lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (sums[mid] <= k) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
 }
 
 /* Kernel 2, slot k. A page that no longer checks (a page table changed between the kernels)
@@ -3986,7 +4097,9 @@ C128__FN void c128__plan_emit(const c128__plan_params *p, int64_t k) {
     c128_decode_plan d;
     if (ws[C128__WS_STATUS] == C128_SUCCESS) st = c128__decode_plan_of(&a->ring, q[k], &d);
     const c128_decode_plan padding = C128_PADDING_DECODE_PLAN;
-    a->decode[k] = ws[C128__WS_STATUS] == C128_SUCCESS && st == C128_SUCCESS ? d : padding;
+    const int planned = ws[C128__WS_STATUS] == C128_SUCCESS && st == C128_SUCCESS;
+    a->decode[k] = planned ? d : padding;
+    if (a->output_index) a->output_index[k] = planned && d.seq_len ? a->output_first[k] : -1;
   } else {
     if (k >= a->capacity) return;
     const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
@@ -3994,15 +4107,16 @@ C128__FN void c128__plan_emit(const c128__plan_params *p, int64_t k) {
     c128_compress_plan c = no_compress;
     c128_write_plan w = no_write;
     if (k < ws[C128__WS_COMPRESS]) {
-      const int64_t *sums = c128__ws_sums(p, 0), i = c128__owner(sums, a->num_requests, k);
+      const int64_t *sums = c128__ws_sums(p, C128__WS_SUM_COMPRESS), i = c128__owner(sums, a->num_requests, k);
       st = c128__compress_plan_of(&a->ring, q[i], c128__request_shape(&a->ring, q[i]), k - sums[i],
-                                  c128__ws_sums(p, 2)[i], &c);
+                                  c128__ws_sums(p, C128__WS_SUM_ROWS)[i], &c);
       if (st != C128_SUCCESS) c = no_compress;
+      else if (a->output_index) a->output_index[c.ragged_id] = (int64_t)a->output_first[i] + (k - sums[i]);
     }
     if (k < ws[C128__WS_WRITE]) {
-      const int64_t *sums = c128__ws_sums(p, 1), i = c128__owner(sums, a->num_requests, k);
+      const int64_t *sums = c128__ws_sums(p, C128__WS_SUM_WRITE), i = c128__owner(sums, a->num_requests, k);
       const c128_status sw = c128__write_plan_of(&a->ring, q[i], c128__request_shape(&a->ring, q[i]), k - sums[i],
-                                                 c128__ws_sums(p, 2)[i], &w);
+                                                 c128__ws_sums(p, C128__WS_SUM_ROWS)[i], &w);
       if (sw != C128_SUCCESS) w = no_write, st = sw;
     }
     a->compress[k] = c;
@@ -4014,7 +4128,9 @@ C128__FN void c128__plan_emit(const c128__plan_params *p, int64_t k) {
   }
 }
 
-static __global__ void __launch_bounds__(C128__PLAN_THREADS) c128__plan_count_kernel(const c128__plan_params p) {
+/* One block a launch: a bound of one block an SM lets ptxas use the registers (without it, it
+   aimed at 40 and spilled). */
+static __global__ void __launch_bounds__(C128__PLAN_THREADS, 1) c128__plan_count_kernel(const c128__plan_params p) {
   __shared__ c128__plan_chunk c;
   c128__pdl_trigger();
   c128__pdl_wait();
@@ -4060,34 +4176,38 @@ static c128_status c128__check_device_plan_args(const c128_device_plan_args *a, 
     return C128_ERROR_NULL_POINTER;
   if (decode ? a->num_requests > 0 && !a->decode : a->capacity > 0 && (!a->compress || !a->write))
     return C128_ERROR_NULL_POINTER;
+  if (!a->output_first != !a->output_index) return C128_ERROR_NULL_POINTER;
   if (c128__misaligned(a->workspace, sizeof(int64_t)) || c128__misaligned(a->counts, sizeof(int64_t)) ||
       c128__misaligned(a->status, sizeof(int32_t)) || c128__misaligned(a->compress, sizeof(c128_compress_plan)) ||
       c128__misaligned(a->write, sizeof(c128_write_plan)) || c128__misaligned(a->decode, sizeof(c128_decode_plan)) ||
       c128__misaligned(a->requests, sizeof(int32_t)) || c128__misaligned(a->seq_lens, sizeof(int32_t)) ||
-      c128__misaligned(a->query_start, sizeof(int32_t)) || c128__misaligned(a->pool_indices, sizeof(int32_t)))
+      c128__misaligned(a->query_start, sizeof(int32_t)) || c128__misaligned(a->pool_indices, sizeof(int32_t)) ||
+      c128__misaligned(a->output_first, sizeof(int32_t)) || c128__misaligned(a->output_index, sizeof(int64_t)))
     return C128_ERROR_MISALIGNED;
   const uint64_t ws = c128_plan_workspace_size(a->num_requests), n = (uint64_t)a->num_requests;
   /* *status is an output like the others: the emit kernel may write it while other threads
      still read the page table. */
-  const c128__extent out[6] = {{a->workspace, ws},
+  const c128__extent out[7] = {{a->workspace, ws},
                                {decode ? NULL : a->compress, (uint64_t)a->capacity * sizeof(c128_compress_plan)},
                                {decode ? NULL : a->write, (uint64_t)a->capacity * sizeof(c128_write_plan)},
                                {decode ? a->decode : NULL, (uint64_t)a->num_requests * sizeof(c128_decode_plan)},
                                {a->counts, 2 * sizeof(int64_t)},
-                               {a->status, sizeof(int32_t)}};
+                               {a->status, sizeof(int32_t)},
+                               {a->output_index, (uint64_t)(decode ? a->num_requests : a->capacity) * sizeof(int64_t)}};
   const c128_state_layout *l = &a->ring.state_layout;
   const uint64_t table = c128__block_table_bytes(l);
-  const c128__extent in[7] = {{lens ? NULL : a->requests, n * sizeof(c128_request)},
+  const c128__extent in[8] = {{lens ? NULL : a->requests, n * sizeof(c128_request)},
                               {a->ring.page_table, c128__page_table_bytes(&a->ring)},
                               {lens ? a->seq_lens : NULL, n * sizeof(int32_t)},
                               {lens && !decode ? a->query_start : NULL, (n + 1) * sizeof(int32_t)},
                               {lens ? a->pool_indices : NULL, n * sizeof(int32_t)},
                               {l->block_table, table},
-                              {l->block_table ? l->score_block_table : NULL, table}};
-  for (int i = 0; i < 6; ++i) {
-    for (int j = i + 1; j < 6; ++j)
+                              {l->block_table ? l->score_block_table : NULL, table},
+                              {a->output_first, n * sizeof(int32_t)}};
+  for (int i = 0; i < 7; ++i) {
+    for (int j = i + 1; j < 7; ++j)
       if (c128__overlap(out[i].ptr, out[i].bytes, out[j].ptr, out[j].bytes)) return C128_ERROR_ALIASED;
-    for (int j = 0; j < 7; ++j)
+    for (int j = 0; j < 8; ++j)
       if (c128__overlap(out[i].ptr, out[i].bytes, in[j].ptr, in[j].bytes)) return C128_ERROR_ALIASED;
   }
   return C128_SUCCESS;

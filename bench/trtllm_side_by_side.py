@@ -611,7 +611,27 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=128)
     p.add_argument("--quick", action="store_true", help="B in {1, 128}, prefill 1x8K and the extend only")
     p.add_argument("--only", default="", help="run only cases whose name contains this")
+    p.add_argument("--profile", type=int, default=0, metavar="CALLS",
+                   help="also profile CALLS eager calls of each timed case (torch.profiler: the kernels and host ops "
+                        "of one call, into profile.txt)")
     return p.parse_args(argv)
+
+
+def profile_calls(torch: Any, name: str, calls: Dict[str, Callable[[], None]], n: int) -> str:
+    """torch.profiler's table of n eager calls of each implementation: the kernels each launches and the host
+    operators around them (where an adapter's time goes)."""
+    from torch.profiler import ProfilerActivity, profile
+    text = []
+    for who, fn in calls.items():
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                fn()
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=25, max_name_column_width=60)
+        text.append(f"## {name}: {who}, {n} calls\n\n{table}\n")
+    return "\n".join(text)
 
 
 def cannot_run(msg: str) -> int:
@@ -646,6 +666,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cases = [c for c in build_cases(rng, next_ns, args.quick) if args.only in c.name]
     flush = None if args.no_flush else torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     results: List[Result] = []
+    profiles: List[str] = []
     for k, case in enumerate(cases):
         res = Result(case)
         results.append(res)
@@ -691,6 +712,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         res.timing[f"{who}_graph_us"] = v
                         if why:
                             res.notes.append(why)
+                if args.profile:
+                    profiles.append(profile_calls(torch, f"{case.name} P{case.page_size} {case.state}", calls,
+                                                  args.profile))
                 torch.cuda.synchronize()
                 for who in calls:
                     msg = planes_equal(torch, bufs, who)
@@ -705,6 +729,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         del bufs, calls
         torch.cuda.empty_cache()
     text = write_reports(args.out, results, environment(torch, trt, args.lib), args)
+    if profiles:
+        with open(os.path.join(args.out, "profile.txt"), "w") as f:
+            f.write("\n".join(profiles))
     print()
     print(text)
     failed = [r for r in results if r.status == "FAIL"]

@@ -1229,15 +1229,22 @@ static c128_status spec_write_all(const c128_ring *same, const c128_request *q, 
 }
 
 /* The device planner's code (host, or `be` = GPU with every array on the device) from requests
-   or from an engine's arrays (seq_lens, query_start, pool_indices), padded to capacity. */
+   (form 0) or from an engine's arrays (seq_lens, query_start, pool_indices), padded to capacity;
+   form 2 also gives each request's first output row (output_first) and starts the rows at
+   query_start[0] = row0, as TensorRT-LLM's generation call does. */
+enum { FORM_REQUESTS, FORM_ARRAYS, FORM_OUTPUT_ROWS, FORMS };
 typedef struct device_plans {
   c128_compress_plan cp[PLAN_CAP];
   c128_write_plan wp[PLAN_CAP];
   c128_decode_plan dp[PLAN_MAX_REQ];
+  int64_t index[PLAN_CAP]; /* output_index (form 2) */
   int64_t counts[2];
   int32_t status;
   c128_status returned; /* the call's own status: an argument refusal, or success */
 } device_plans;
+
+/* Form 2's output_first: distinct, unordered rows. */
+static int32_t output_first_of(int64_t i) { return (int32_t)(1000 * ((i * 5) % PLAN_MAX_REQ) + 3); }
 
 static void *dev_copy(const void *host, size_t bytes) {
   void *d = NULL;
@@ -1247,11 +1254,14 @@ static void *dev_copy(const void *host, size_t bytes) {
 }
 
 static void device_plan(backend be, const tabled_ring *t, const c128_request *q, int64_t n, int32_t verify, int decode,
-                        int lens, int64_t capacity, device_plans *out) {
-  int32_t seq[PLAN_MAX_REQ], start[PLAN_MAX_REQ + 1], pool[PLAN_MAX_REQ];
-  start[0] = 0;
-  for (int64_t i = 0; i < n; ++i)
+                        int form, int32_t row0, int64_t capacity, device_plans *out) {
+  int32_t seq[PLAN_MAX_REQ], start[PLAN_MAX_REQ + 1], pool[PLAN_MAX_REQ], first[PLAN_MAX_REQ];
+  const int lens = form != FORM_REQUESTS;
+  start[0] = row0;
+  for (int64_t i = 0; i < n; ++i) {
     seq[i] = q[i].seq_len, pool[i] = q[i].pool_index, start[i + 1] = start[i] + (decode ? 1 : q[i].extend_len);
+    first[i] = output_first_of(i);
+  }
   c128_device_plan_args a = {0};
   a.ring = t->ring, a.num_requests = n, a.verify = verify, a.capacity = capacity;
   memset(out, 0xAB, sizeof *out);
@@ -1261,6 +1271,7 @@ static void device_plan(backend be, const tabled_ring *t, const c128_request *q,
     a.compress = out->cp, a.write = out->wp, a.decode = out->dp, a.counts = out->counts, a.status = &out->status;
     if (lens) a.seq_lens = seq, a.query_start = decode ? NULL : start, a.pool_indices = pool;
     else a.requests = q;
+    if (form == FORM_OUTPUT_ROWS) a.output_first = first, a.output_index = out->index;
     a.workspace = malloc(ws);
     const c128_status st = decode ? c128_plan_decode_device_host(&a) : c128_plan_prefill_device_host(&a);
     cr_assert(st == C128_SUCCESS || st == out->status, "a refusal (%s) must be in *status too", c128_status_string(st));
@@ -1279,6 +1290,8 @@ static void device_plan(backend be, const tabled_ring *t, const c128_request *q,
   } else {
     a.requests = dev_copy(q, (size_t)n * sizeof *q);
   }
+  if (form == FORM_OUTPUT_ROWS)
+    a.output_first = dev_copy(first, sizeof first), a.output_index = dev_copy(out->index, sizeof out->index);
   const c128_status st = decode ? c128_plan_decode_device(&a, 0) : c128_plan_prefill_device(&a, 0);
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaMemcpy(out->cp, a.compress, sizeof out->cp, cudaMemcpyDeviceToHost));
@@ -1286,6 +1299,7 @@ static void device_plan(backend be, const tabled_ring *t, const c128_request *q,
   CUDA_OK(cudaMemcpy(out->dp, a.decode, sizeof out->dp, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(out->counts, a.counts, sizeof out->counts, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(&out->status, a.status, sizeof out->status, cudaMemcpyDeviceToHost));
+  if (a.output_index) CUDA_OK(cudaMemcpy(out->index, a.output_index, sizeof out->index, cudaMemcpyDeviceToHost));
   cr_assert(st == C128_SUCCESS || st == out->status, "a refusal (%s) must be in *status too", c128_status_string(st));
   out->returned = st;
   void *all[] = {(void *)a.ring.state_layout.block_table,
@@ -1299,7 +1313,9 @@ static void device_plan(backend be, const tabled_ring *t, const c128_request *q,
                  (void *)a.seq_lens,
                  (void *)a.pool_indices,
                  (void *)a.query_start,
-                 (void *)a.requests};
+                 (void *)a.requests,
+                 (void *)a.output_first,
+                 a.output_index};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) cudaFree(all[i]);
 }
 
@@ -1309,8 +1325,34 @@ static int all_bytes(const void *p, size_t bytes, unsigned char value) {
   return 1;
 }
 
+/* Form 2's output_index: request i's j-th window (the host planner's plans, in request order) at
+   output_first_of(i) + j, written at its input row (row0 further); a decode request's entry
+   output_first_of(b), -1 for padding and a refused batch; every other entry left as it was, and
+   all of them when the arguments are refused. */
+static void check_output_index(const device_plans *got, const c128_request *q, int64_t n, int decode, int ok,
+                               int32_t row0, const c128_compress_plan *cp, int64_t nc, uint64_t seed) {
+  static int64_t want[PLAN_CAP];
+  memset(want, 0xAB, sizeof want);
+  if (got->returned != C128_SUCCESS) { /* arguments refused: nothing written */
+  } else if (decode) {
+    for (int64_t b = 0; b < n; ++b) want[b] = ok && q[b].seq_len ? output_first_of(b) : -1;
+  } else if (ok) {
+    for (int64_t i = 0, k = 0; i < n; ++i) {
+      const int64_t seq = q[i].seq_len, windows = seq / W - (seq - q[i].extend_len) / W; /* 0 when absent */
+      for (int64_t j = 0; j < windows; ++j, ++k) {
+        cr_assert(k < nc, "more windows than compress plans (seed %llu)", (unsigned long long)seed);
+        want[cp[k].ragged_id + row0] = output_first_of(i) + j;
+      }
+    }
+  }
+  for (int64_t r = 0; r < PLAN_CAP; ++r)
+    cr_assert_eq(got->index[r], want[r],
+                 "device planner (output rows): output_index[%lld] = %lld, want %lld (seed %llu)", (long long)r,
+                 (long long)got->index[r], (long long)want[r], (unsigned long long)seed);
+}
+
 /* The host planner's result (status, plans padded to `capacity`) against the device planner's, in
-   both request forms. */
+   every form. */
 static void expect_device_planner(backend be, const tabled_ring *t, const c128_request *q, int64_t n, int32_t verify,
                                   int decode, c128_status want, const c128_compress_plan *cp, int64_t nc,
                                   const c128_write_plan *wp, int64_t nw, const c128_decode_plan *dp, int64_t capacity,
@@ -1319,12 +1361,21 @@ static void expect_device_planner(backend be, const tabled_ring *t, const c128_r
   const c128_compress_plan no_compress = C128_INVALID_COMPRESS_PLAN;
   const c128_write_plan no_write = C128_INVALID_WRITE_PLAN;
   const c128_decode_plan padding = C128_PADDING_DECODE_PLAN;
-  for (int lens = 0; lens < 2; ++lens) {
-    device_plan(be, t, q, n, verify, decode, lens, capacity, &got);
-    const char *form = lens ? "engine arrays" : "requests";
-    cr_assert_eq(got.status, (int32_t)want, "device planner (%s) %s, host %s (seed %llu)", form,
-                 c128_status_string((c128_status)got.status), c128_status_string(want), (unsigned long long)seed);
-    const int ok = want == C128_SUCCESS;
+  int64_t rows = 0;
+  for (int64_t i = 0; i < n; ++i) rows += q[i].extend_len > 0 ? q[i].extend_len : 0;
+  for (int f = 0; f < FORMS; ++f) {
+    /* form 2: rows from row0 (37 where the batch fits the capacity and a launch's rows after it) */
+    const int32_t row0 = f == FORM_OUTPUT_ROWS && !decode && want == C128_SUCCESS && rows + 37 <= capacity ? 37 : 0;
+    device_plan(be, t, q, n, verify, decode, f, row0, capacity, &got);
+    const char *form = f == FORM_REQUESTS ? "requests" : f == FORM_ARRAYS ? "engine arrays" : "output rows";
+    /* output_index needs an entry for every input row */
+    const c128_status expected = f == FORM_OUTPUT_ROWS && !decode && want == C128_SUCCESS && rows > capacity
+                                     ? C128_ERROR_CAPACITY_TOO_SMALL
+                                     : want;
+    cr_assert_eq(got.status, (int32_t)expected, "device planner (%s) %s, host %s (seed %llu)", form,
+                 c128_status_string((c128_status)got.status), c128_status_string(expected), (unsigned long long)seed);
+    const int ok = expected == C128_SUCCESS;
+    if (f == FORM_OUTPUT_ROWS) check_output_index(&got, q, n, decode, ok, row0, cp, nc, seed);
     if (got.returned != C128_SUCCESS) { /* refused arguments: status and zero counts, no plan written */
       cr_assert_eq(got.returned, want);
       cr_assert(decode || (got.counts[0] == 0 && got.counts[1] == 0), "device planner (%s): counts of a refusal", form);
@@ -1343,12 +1394,14 @@ static void expect_device_planner(backend be, const tabled_ring *t, const c128_r
     cr_assert(got.counts[0] == (ok ? nc : 0) && got.counts[1] == (ok ? nw : 0),
               "device planner (%s): counts (seed %llu)", form, (unsigned long long)seed);
     for (int64_t k = 0; k < capacity; ++k) {
-      cr_assert(memcmp(&got.cp[k], ok && k < nc ? &cp[k] : &no_compress, sizeof no_compress) == 0,
-                "device planner (%s): compress plan %lld differs (seed %llu)", form, (long long)k,
-                (unsigned long long)seed);
-      cr_assert(memcmp(&got.wp[k], ok && k < nw ? &wp[k] : &no_write, sizeof no_write) == 0,
-                "device planner (%s): write plan %lld differs (seed %llu)", form, (long long)k,
-                (unsigned long long)seed);
+      c128_compress_plan c = ok && k < nc ? cp[k] : no_compress;
+      c128_write_plan w = ok && k < nw ? wp[k] : no_write;
+      if (ok && k < nc) c.ragged_id = (uint16_t)(c.ragged_id + row0);
+      if (ok && k < nw) w.ragged_id += (uint32_t)row0;
+      cr_assert(memcmp(&got.cp[k], &c, sizeof c) == 0, "device planner (%s): compress plan %lld differs (seed %llu)",
+                form, (long long)k, (unsigned long long)seed);
+      cr_assert(memcmp(&got.wp[k], &w, sizeof w) == 0, "device planner (%s): write plan %lld differs (seed %llu)", form,
+                (long long)k, (unsigned long long)seed);
     }
   }
 }
@@ -1642,7 +1695,8 @@ Test(cpu, layout_planner_refuses_plans_over_a_table) {
 }
 
 /* c128_requests_from_lens: the engine's arrays as requests; NULL, a negative count and a
-   decreasing query_start are refused. */
+   decreasing query_start are refused; the device planner's rows from query_start[0] and its
+   output rows' arguments. */
 Test(cpu, layout_requests_from_lens) {
   const int32_t seq[3] = {300, 129, 7}, start[4] = {0, 100, 229, 230}, pool[3] = {9, 2, 4};
   c128_request q[3];
@@ -1681,6 +1735,32 @@ Test(cpu, layout_requests_from_lens) {
   cr_assert_eq(status, C128_ERROR_NEGATIVE_SIZE);
   a.query_start = NULL; /* prefill needs it */
   cr_assert_eq(c128_plan_prefill_device_host(&a), C128_ERROR_NULL_POINTER);
+  /* rows from query_start[0]: a negative first row is NEGATIVE_SIZE; the output rows come in
+     pairs, aligned, not aliasing a plan array, and need an entry for every input row */
+  const int32_t below[4] = {-1, 99, 228, 229}, past[4] = {PLAN_CAP - 230, PLAN_CAP - 130, PLAN_CAP - 1, PLAN_CAP};
+  const int32_t first[3] = {5, 50, 500};
+  static int64_t index[PLAN_CAP + 1];
+  a.query_start = below;
+  cr_assert_eq(c128_plan_prefill_device_host(&a), C128_SUCCESS);
+  cr_assert_eq(status, C128_ERROR_NEGATIVE_SIZE, "query_start[0] < 0: %s", c128_status_string(status));
+  a.query_start = start, a.output_first = first;
+  cr_assert_eq(c128_plan_prefill_device_host(&a), C128_ERROR_NULL_POINTER);
+  a.output_first = NULL, a.output_index = index;
+  cr_assert_eq(c128_plan_prefill_device_host(&a), C128_ERROR_NULL_POINTER);
+  a.output_first = first, a.output_index = (int64_t *)((char *)index + 4);
+  cr_assert_eq(c128_plan_prefill_device_host(&a), C128_ERROR_MISALIGNED);
+  a.output_index = (int64_t *)(void *)cp;
+  cr_assert_eq(c128_plan_prefill_device_host(&a), C128_ERROR_ALIASED);
+  a.output_index = index;
+  status = -1;
+  cr_assert_eq(c128_plan_prefill_device_host(&a), C128_SUCCESS);
+  cr_assert_eq(status, C128_SUCCESS, "%s", c128_status_string(status));
+  a.query_start = past; /* the last row is PLAN_CAP - 1: fits; one more does not */
+  cr_assert_eq(c128_plan_prefill_device_host(&a), C128_SUCCESS);
+  cr_assert_eq(status, C128_SUCCESS, "%s", c128_status_string(status));
+  a.capacity = PLAN_CAP - 1;
+  cr_assert_eq(c128_plan_prefill_device_host(&a), C128_SUCCESS);
+  cr_assert_eq(status, C128_ERROR_CAPACITY_TOO_SMALL, "%s", c128_status_string(status));
   free(a.workspace), tabled_ring_free(&t);
 }
 

@@ -1923,8 +1923,33 @@ def _ring_kwargs(ring: Ring, stream: Any) -> dict:
     return kw
 
 
+def _output_rows(a: _lib.DevicePlanArgs, output_first: Any, output_index: Any, entries: int, n: int,
+                 device: Tuple[str, int], handle: int) -> tuple:
+    """output_first (int32 [n]) and output_index (int64 [entries]) into the planner's arguments: both or
+    neither. Returns the views to keep alive."""
+    if (output_first is None) != (output_index is None):
+        raise ValueError("output_first, output_index: pass both (each window's output row) or neither")
+    if output_first is None:
+        return ()
+    first = view(output_first, "output_first", handle)
+    index = view(output_index, "output_index", handle)
+    if first.dtype != "i32" or first.nbytes < 4 * n:
+        raise ValueError(f"output_first: expected int32 [{n}], got {first.dtype} {_fmt(first.shape)}")
+    if index.dtype != "i64" or index.nbytes < 8 * entries:
+        raise ValueError(f"output_index: expected int64 [{entries}], got {index.dtype} {_fmt(index.shape)}")
+    for v, name, align in ((first, "output_first", 4), (index, "output_index", 8)):
+        _contiguous(v, name)
+        _aligned(v, name, align)
+        if v.device != device:
+            raise ValueError(f"{name}: on {_dev(v.device)}, requests on {_dev(device)}; one device per call")
+    _writable(index, "output_index")
+    a.output_first, a.output_index = first.ptr, index.ptr
+    return first, index
+
+
 def plan_decode_device(ring: Ring, requests: Any, plans: Any, status: Any, workspace: Any, *, stream: Any = None,
-                       pdl: bool = False, seq_lens: Any = None, pool_indices: Any = None) -> None:
+                       pdl: bool = False, seq_lens: Any = None, pool_indices: Any = None, output_first: Any = None,
+                       output_index: Any = None) -> None:
     """The decode planner on the device (c128_plan_decode_device), for CUDA graphs: reads the
     requests (int32 [n, 3]) from device memory, writes n plans into ``plans`` and the batch's
     c128_status into ``status`` (int32 [1]), using ``workspace`` (>= plan_workspace_size(n)
@@ -1932,33 +1957,36 @@ def plan_decode_device(ring: Ring, requests: Any, plans: Any, status: Any, works
 
     An engine's own arrays may stand in for the requests (``requests=None``): ``seq_lens``
     int32 [n] and optionally ``pool_indices`` int32 [n] (default: request i is pool row i), on
-    the same device.
+    the same device. With ``output_first`` (int32 [n]) the planner also writes ``output_index``
+    (int64 [n]) for the launch: output_first[b], -1 for padding rows and a refused batch.
 
     A bad batch is not an exception: its status goes to ``status`` and every plan becomes a
     padding row. Arguments the planner refuses raise :class:`Error` (and are written to status).
     """
     if _compiling():
         _ops().plan_decode_device(requests, plans, status, workspace, seq_lens=seq_lens, pool_indices=pool_indices,
-                                  pdl=pdl, **_ring_kwargs(ring, stream))
+                                  output_first=output_first, output_index=output_index, pdl=pdl,
+                                  **_ring_kwargs(ring, stream))
         return
     a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream, seq_lens, None,
                                                            pool_indices)
     first = requests if requests is not None else seq_lens
     p = _plan_out(plans, "plans", a.num_requests, DECODE_PLAN_BYTES, "decode plan", None, device, handle)
     a.decode = p.ptr
+    outs = _output_rows(a, output_first, output_index, a.num_requests, a.num_requests, device, handle)
     a.pdl = 1 if pdl else 0
     if on_host:
         _lib.check(_lib.plan_decode_device_host(byref(a)), "c128_plan_decode_device_host")
     else:
         current_device_check(first, "requests" if requests is not None else "seq_lens")
         _lib.check(_lib.plan_decode_device(byref(a), handle), "c128_plan_decode_device")
-    del keep
+    del keep, outs
 
 
 def plan_prefill_device(ring: Ring, requests: Any, compress: Any, write: Any, counts: Any, status: Any,
                         workspace: Any, *, verify: bool = False, capacity: Optional[int] = None, stream: Any = None,
                         pdl: bool = False, seq_lens: Any = None, query_start: Any = None,
-                        pool_indices: Any = None) -> None:
+                        pool_indices: Any = None, output_first: Any = None, output_index: Any = None) -> None:
     """The prefill planner on the device (c128_plan_prefill_device): plans padded to
     ``capacity`` (default: the plan arrays' rows) with sentinels, num_compress and num_write in
     ``counts`` (int64 [2], or None), the batch's status in ``status``. Byte-identical to
@@ -1967,12 +1995,18 @@ def plan_prefill_device(ring: Ring, requests: Any, compress: Any, write: Any, co
     An engine's own arrays may stand in for the requests (``requests=None``): ``seq_lens``
     int32 [n] (lengths after the batch), ``query_start`` int32 [n + 1] (cumulative new rows:
     vLLM's query_start_loc, TensorRT-LLM's cu_seq_lens) and optionally ``pool_indices`` int32
-    [n]; request i = (pool_indices[i] or i, seq_lens[i], query_start[i + 1] - query_start[i])."""
+    [n]; request i = (pool_indices[i] or i, seq_lens[i], query_start[i + 1] - query_start[i]), its new rows
+    query_start[i] .. (query_start[0] may be past 0: every plan's row is then that much past the host planner's).
+
+    ``output_first`` (int32 [n]) with ``output_index`` (int64 [capacity]): request i's j-th window goes to
+    output row output_first[i] + j (TensorRT-LLM's cu_kv_comp), written to output_index[its input row] for
+    the launch's ``output_index`` (only the windows' rows are written; every input row must be below
+    capacity)."""
     if _compiling():
         _ops().plan_prefill_device(requests, compress, write, counts, status, workspace, verify=verify,
                                    capacity=-1 if capacity is None else capacity, seq_lens=seq_lens,
-                                   query_start=query_start, pool_indices=pool_indices, pdl=pdl,
-                                   **_ring_kwargs(ring, stream))
+                                   query_start=query_start, pool_indices=pool_indices, output_first=output_first,
+                                   output_index=output_index, pdl=pdl, **_ring_kwargs(ring, stream))
         return
     a, on_host, handle, keep, device = _device_plan_common(ring, requests, status, workspace, stream, seq_lens,
                                                            query_start, pool_indices, prefill=True)
@@ -1995,6 +2029,7 @@ def plan_prefill_device(ring: Ring, requests: Any, compress: Any, write: Any, co
             raise ValueError(f"counts: on {_dev(k.device)}, requests on {_dev(device)}; one device per call")
     a.compress, a.write, a.capacity = c.ptr, w.ptr, capacity
     a.counts = k.ptr if k is not None else None
+    outs = _output_rows(a, output_first, output_index, max(capacity, 0), a.num_requests, device, handle)
     a.verify = 1 if verify else 0
     a.pdl = 1 if pdl else 0
     if on_host:
@@ -2002,7 +2037,7 @@ def plan_prefill_device(ring: Ring, requests: Any, compress: Any, write: Any, co
     else:
         current_device_check(first, "requests" if requests is not None else "seq_lens")
         _lib.check(_lib.plan_prefill_device(byref(a), handle), "c128_plan_prefill_device")
-    del keep
+    del keep, outs
 
 
 # ---- bf16 -------------------------------------------------------------------------------------------

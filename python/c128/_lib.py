@@ -206,6 +206,8 @@ class DevicePlanArgs(Structure):
         ("seq_lens", c_void_p),
         ("query_start", c_void_p),
         ("pool_indices", c_void_p),
+        ("output_first", c_void_p),
+        ("output_index", c_void_p),
     ]
 
 

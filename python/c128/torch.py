@@ -178,11 +178,12 @@ def _plan_decode_device(requests: Any, plans: Any, status: Any, workspace: Any, 
                         write_all: bool = False, block_rows: int = 0, block_table: Any = None, row_shift: int = 0,
                         score_plane: Any = None, score_block_table: Any = None, score_biased: bool = False,
                         null_block: Optional[int] = None, rope_positions: int = 0, seq_lens: Any = None,
-                        pool_indices: Any = None, pdl: bool = False) -> None:
+                        pool_indices: Any = None, output_first: Any = None, output_index: Any = None,
+                        pdl: bool = False) -> None:
     ring = _ring(state_pages, ring_tokens, speculative, page_table, write_all, block_rows, block_table, row_shift,
                  score_plane, score_block_table, score_biased, null_block, rope_positions)
     c128.plan_decode_device(ring, requests, plans, status, workspace, pdl=pdl, seq_lens=seq_lens,
-                            pool_indices=pool_indices)
+                            pool_indices=pool_indices, output_first=output_first, output_index=output_index)
 
 
 def _plan_prefill_device(requests: Any, compress: Any, write: Any, counts: Any, status: Any, workspace: Any, *,
@@ -191,19 +192,22 @@ def _plan_prefill_device(requests: Any, compress: Any, write: Any, counts: Any, 
                          score_plane: Any = None, score_block_table: Any = None, score_biased: bool = False,
                          null_block: Optional[int] = None, rope_positions: int = 0, verify: bool = False,
                          capacity: int = -1, seq_lens: Any = None, query_start: Any = None, pool_indices: Any = None,
-                         pdl: bool = False) -> None:
+                         output_first: Any = None, output_index: Any = None, pdl: bool = False) -> None:
     ring = _ring(state_pages, ring_tokens, speculative, page_table, write_all, block_rows, block_table, row_shift,
                  score_plane, score_block_table, score_biased, null_block, rope_positions)
     c128.plan_prefill_device(ring, requests, compress, write, counts, status, workspace, verify=verify,
                              capacity=None if capacity < 0 else capacity, pdl=pdl, seq_lens=seq_lens,
-                             query_start=query_start, pool_indices=pool_indices)
+                             query_start=query_start, pool_indices=pool_indices, output_first=output_first,
+                             output_index=output_index)
 
 
 _define("plan_decode_device", "(Tensor? requests, Tensor(a!) plans, Tensor(b!) status, Tensor(c!) workspace, *, " +
-        _RING + ", Tensor? seq_lens=None, Tensor? pool_indices=None, bool pdl=False) -> ()", _plan_decode_device)
+        _RING + ", Tensor? seq_lens=None, Tensor? pool_indices=None, Tensor? output_first=None, "
+        "Tensor(d!)? output_index=None, bool pdl=False) -> ()", _plan_decode_device)
 _define("plan_prefill_device", "(Tensor? requests, Tensor(a!) compress, Tensor(b!) write, Tensor(c!)? counts, "
         "Tensor(d!) status, Tensor(e!) workspace, *, " + _RING + ", bool verify=False, int capacity=-1, "
-        "Tensor? seq_lens=None, Tensor? query_start=None, Tensor? pool_indices=None, bool pdl=False) -> ()",
+        "Tensor? seq_lens=None, Tensor? query_start=None, Tensor? pool_indices=None, Tensor? output_first=None, "
+        "Tensor(f!)? output_index=None, bool pdl=False) -> ()",
         _plan_prefill_device)
 
 

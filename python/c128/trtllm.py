@@ -135,27 +135,6 @@ def _validate(q: Any, s: Any, comp: Any, rows: int, out_rows: int, next_n: Optio
             raise ValueError(message(int(hit[0])))
 
 
-def _shift(x: Any, compress: Any, write: Any, off: Any) -> None:
-    """Add ``off`` (the chunk row of the batch's first new token) to the input row of every plan that is not
-    a sentinel: the planner counts rows from cu_seq_lens[0] (its rows are the sums of the new-token counts),
-    while kv_score's rows start at 0 (TensorRT-LLM's generation call passes all of kv_score with
-    cu_seq_lens[num_contexts:])."""
-    if x.torch is not None:
-        t = x.torch
-        where, i16, i32, i64 = t.where, t.int16, t.int32, t.int64
-        cast = (lambda a, d: a.to(d))
-    else:
-        np = x.np
-        where, i16, i32, i64 = np.where, np.int16, np.int32, np.int64
-        cast = (lambda a, d: a.astype(d))
-    c32, c16, w32 = compress.view(i32), compress.view(i16), write.view(i32)
-    rid = (cast(c16[:, 2], i64) & 0xFFFF) + off  # c128_compress_plan.ragged_id: u16 at byte 4
-    rid = where(rid >= 1 << 15, rid - (1 << 16), rid)
-    c16[:, 2] = cast(where(c32[:, 0] == -1, cast(c16[:, 2], i64), rid), i16)  # seq_len ~0u: a sentinel
-    w = cast(w32[:, 0], i64)  # c128_write_plan.ragged_id: u32 at byte 0, ~0u a sentinel
-    w32[:, 0] = cast(where(w == -1, w, w + off), i32)
-
-
 def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_kv: Any, block_table_score: Any,
          output: Any, kv_lens: Any, cu_seq_lens: Any, cu_kv_comp: Any, batch_size: int, page_size: int, *,
          next_n: Optional[int] = None, start_pos: Any = None, max_outputs: Optional[int] = None) -> Any:
@@ -193,11 +172,14 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
     ring = Ring(state_pages=int(paged_kv.shape[0]), write_all=True, state_layout=layout)
     i32 = (lambda a: a.to(x.torch.int32).contiguous()) if x.torch is not None else \
         (lambda a: x.np.ascontiguousarray(a, dtype=x.np.int32))
-    seq, qs = i32(kv_lens[:n]), i32(cu_seq_lens[:n + 1])
-    q, s, comp = x.i64(qs), x.i64(seq), x.i64(cu_kv_comp[:n + 1])
-    sp = x.i64(start_pos[:n]) if start_pos is not None else None
+    seq, qs, comp32 = i32(kv_lens[:n]), i32(cu_seq_lens[:n + 1]), i32(cu_kv_comp[:n])
+    chunks = max(1, -(-rows // _ROWS))
     out_rows = int(output.shape[0])
     positions = page_size * stride  # a request's tokens the block table holds
+    q = s = comp = sp = None
+    if host or not capturing or chunks > 1:  # the arguments' rules (a captured step of one chunk needs none)
+        q, s, comp = x.i64(qs), x.i64(seq), x.i64(cu_kv_comp[:n + 1])
+        sp = x.i64(start_pos[:n]) if start_pos is not None else None
     checks = (next_n, sp, max_outputs, positions)
     flag = None
     if host:
@@ -205,43 +187,40 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
     elif not capturing:  # on the device: a flag read with the status, and a poisoned batch meanwhile
         for mask, _ in _rules(q, s, comp, rows, out_rows, *checks):
             flag = mask.any() if flag is None else flag | mask.any()
-    chunks = max(1, -(-rows // _ROWS))
     if x.torch is not None:
         t, dev = x.torch, x.device
         compress = t.empty((rows, 16), dtype=t.uint8, device=dev)
         write = t.empty((rows, 8), dtype=t.uint8, device=dev)
+        index = t.empty(rows, dtype=t.int64, device=dev)  # the planner writes the windows' rows, the launch reads them
         status = t.zeros(chunks + 1, dtype=t.int32, device=dev)
         ws = t.empty(plan_workspace_size(n), dtype=t.uint8, device=dev)
     else:
         compress, write = x.np.empty((rows, 16), x.np.uint8), x.np.empty((rows, 8), x.np.uint8)
+        index = x.np.full(rows, -1, x.np.int64)
         status, ws = x.np.zeros(chunks + 1, x.np.int32), x.np.empty(plan_workspace_size(n), x.np.uint8)
     if flag is not None:
         status[chunks:] = flag.to(x.torch.int32)
     _last[0] = status
     if capturing:
         captured_statuses.append(status)
-    ext = q[1:] - q[:-1]
-    start = s - ext
-    # output row of the window that ends at input row r: cu_kv_comp[b] + its index among b's new windows
-    r = x.arange(rows)
-    b = x.clip(x.searchsorted(q[1:], r), 0, max(n - 1, 0))
-    pos = start[b] + (r - q[b])
-    first = comp[b] + (pos + 1) // WINDOW - start[b] // WINDOW - 1
-    index = x.where(((pos + 1) % WINDOW == 0) & (r < q[n]) & (r >= q[0]) if n else r < 0, first, -1)
     plans = []
     for c in range(chunks):
         lo, hi = c * _ROWS, min(rows, (c + 1) * _ROWS)
-        if chunks == 1:
-            seq_c, qs_c, off = seq, qs, q[:1]
-        else:  # request b's rows in [lo, hi): absent (seq 0, no new rows) where none
+        if chunks == 1:  # the planner reads the rows from cu_seq_lens as they are (its first entry may be past 0)
+            seq_c, qs_c, comp_c = seq, qs, comp32
+        else:  # request b's rows in [lo, hi), counted from lo: absent (seq 0, no new rows) where none
+            ext, start = q[1:] - q[:-1], s - (q[1:] - q[:-1])
             qa = x.clip(q, lo, hi)
             seq_c = i32(x.where(qa[1:] > qa[:-1], start + qa[1:] - q[:-1], x.where(ext == 0, s, 0 * s)))
-            qs_c, off = i32(qa), qa[:1] - lo
+            qs_c = i32(qa - lo)
+            # request b's first window in the chunk: its windows completed before lo come first
+            comp_c = i32(comp[:n] + (start + qa[:-1] - q[:-1]) // WINDOW - start // WINDOW)
         if flag is not None:  # a flagged batch is refused by the planner (NEGATIVE_SIZE): nothing written
             seq_c = i32(x.torch.where(flag, -1, seq_c))
         plan_prefill_device(ring, None, compress[lo:hi], write[lo:hi], None, status[c:c + 1], ws, seq_lens=seq_c,
-                            query_start=qs_c)
-        plans.append((lo, hi, int(off[0]) if host else off))
+                            query_start=qs_c, output_first=comp_c, output_index=index[lo:hi])
+        # the planner packs a chunk's windows first: at most one a request more than its rows / 128
+        plans.append((lo, hi, min(hi - lo, (hi - lo) // WINDOW + n)))
 
     def report() -> None:
         st = [int(v) for v in status.tolist()]
@@ -258,10 +237,8 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
 
     if host or (chunks > 1 and not capturing):
         report()
-    for lo, hi, off in plans:
-        if not host or off:
-            _shift(x, compress[lo:hi], write[lo:hi], off)
-        prefill(paged_kv, kv_score[lo:hi], ape, output, compress[lo:hi], write[lo:hi], state_layout=layout,
+    for lo, hi, windows in plans:
+        prefill(paged_kv, kv_score[lo:hi], ape, output, compress[lo:lo + windows], write[lo:hi], state_layout=layout,
                 output_index=index[lo:hi])
     if not host and chunks == 1 and not capturing:
         report()

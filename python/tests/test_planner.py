@@ -247,6 +247,38 @@ def test_engine_arrays_in_the_device_planners(write_all: bool) -> None:
             assert dplans.tobytes() == c128.plan_decode(ring, c128.requests_from_lens(seq, None, pool_arg)).tobytes()
 
 
+def test_device_planner_rows_and_output_rows() -> None:
+    """query_start past 0 moves every plan's input row by query_start[0]; output_first writes the
+    launch's output_index (request i's j-th window at output_first[i] + j, at its input row, no other
+    entry); output_first without output_index is refused."""
+    ring = c128.Ring(16, write_all=True)
+    seq, ext, row0 = np.array([300, 140, 0, 129], np.int32), np.array([300, 20, 0, 2], np.int32), 40
+    qs = (row0 + np.concatenate([[0], np.cumsum(ext)])).astype(np.int32)
+    first = np.array([7, 3, 90, 11], np.int32)
+    cap = int(ext.sum()) + row0 + 2
+    host = c128.plan_prefill(ring, c128.requests_from_lens(seq, qs - row0), capacity=cap, pad_to_capacity=True)
+    compress, write = np.zeros((cap, 16), np.uint8), np.zeros((cap, 8), np.uint8)
+    counts, status = np.zeros(2, np.int64), np.full(1, -1, np.int32)
+    workspace = np.zeros(c128.plan_workspace_size(4), np.uint8)
+    index = np.full(cap, -5, np.int64)
+    c128.plan_prefill_device(ring, None, compress, write, counts, status, workspace, seq_lens=seq, query_start=qs,
+                             output_first=first, output_index=index)
+    assert status[0] == 0 and list(counts) == [host.num_compress, host.num_write] == [4, 150]
+    got_c, got_w = compress.reshape(-1).view(c128.COMPRESS_PLAN_DTYPE), write.reshape(-1).view(c128.WRITE_PLAN_DTYPE)
+    hc, hw = host.compress[:4], host.write[:150]
+    assert (got_c["ragged_id"][:4] == hc["ragged_id"] + row0).all() and (got_c["seq_len"][:4] == hc["seq_len"]).all()
+    assert (got_w["ragged_id"][:150] == hw["ragged_id"] + row0).all()
+    assert (got_w["write_loc"][:150] == hw["write_loc"]).all()
+    want = np.full(cap, -5, np.int64)
+    # request 0: windows ending at its rows 127 and 255; request 1 (positions 120..139) at its row 7; request 3
+    # (positions 127, 128) at its first row; request 2 is absent
+    want[[row0 + 127, row0 + 255, row0 + 307, row0 + 320]] = [7, 8, 3, 11]
+    assert index.tolist() == want.tolist()
+    with pytest.raises(ValueError, match="output_first, output_index"):
+        c128.plan_prefill_device(ring, None, compress, write, counts, status, workspace, seq_lens=seq,
+                                 query_start=qs, output_first=first)
+
+
 def test_write_all_and_rope_positions() -> None:
     """write_all persists the last R tokens of each request (not only the open window's);
     rope_positions refuses a window starting at or past it (C128_ERROR_ROPE_TABLE_TOO_SHORT),
