@@ -3981,9 +3981,9 @@ C128__FN void c128__plan_scan(const c128__plan_params *p, int64_t base, c128__pl
   for (int t = 0; t < count; ++t) {
     const int64_t i = base + t;
     sum_c[i] = compress, sum_w[i] = write, sum_r[i] = rows, sum_u[i] = units;
-    const c128_status st = c->check[t] != C128_SUCCESS                 ? (c128_status)c->check[t]
-                           : rows + c->rows[t] > C128_MAX_PREFILL_ROWS ? C128_ERROR_TOO_MANY_ROWS
-                                                                       : C128_SUCCESS;
+    const c128_status st = c->check[t] != C128_SUCCESS                                   ? (c128_status)c->check[t]
+                           : c->rows[t] > 0 && rows + c->rows[t] > C128_MAX_PREFILL_ROWS ? C128_ERROR_TOO_MANY_ROWS
+                                                                                         : C128_SUCCESS;
     if (st != C128_SUCCESS && failed == ~0ull) failed = c128__fail_key(units + i, st);
     compress += c->num_compress[t], write += c->num_write[t], rows += c->rows[t], units += c->units[t];
   }

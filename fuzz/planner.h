@@ -565,9 +565,25 @@ static void fz_check_engine_arrays(const c128_ring *ring, const c128_request *q,
     c128_prefill_plans pp = {(c128_compress_plan *)host, (c128_write_plan *)(host + cb), capacity, 1, 0, 0};
     if (decode) hst = c128_plan_decode(ring, hq, n, (c128_decode_plan *)(host + cb + wb));
     else hst = c128_plan_prefill(ring, hq, n, verify, &pp);
-    FZ_CHECK(4, *a.status == (int32_t)hst, "device planner from the engine's arrays: %s, host planner %s",
-             c128_status_string((c128_status)*a.status), c128_status_string(hst));
-    if (hst == C128_SUCCESS) {
+    /* rows from query_start[0] (DESIGN 5.11): a negative one is refused first; past 0 every plan's
+       row moves by it, and the rows before it count towards the launch's 65536, so a batch past
+       them is TOO_MANY_ROWS where the host planner passed it (where it failed, whichever request
+       fails first decides: either status) */
+    const int32_t row0 = !decode && !with_requests && a.query_start ? qs[0] : 0;
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n; ++i) rows += hq[i].extend_len > 0 ? hq[i].extend_len : 0;
+    const int past = row0 > 0 && rows > 0 && row0 + rows > C128_MAX_PREFILL_ROWS; /* no rows: nothing addressed */
+    const c128_status expect = row0 < 0                      ? C128_ERROR_NEGATIVE_SIZE
+                               : past && hst == C128_SUCCESS ? C128_ERROR_TOO_MANY_ROWS
+                                                             : hst;
+    FZ_CHECK(4, *a.status == (int32_t)expect || (past && *a.status == (int32_t)C128_ERROR_TOO_MANY_ROWS),
+             "device planner from the engine's arrays: %s, host planner %s (query_start[0] %d)",
+             c128_status_string((c128_status)*a.status), c128_status_string(hst), row0);
+    for (int64_t k = 0; expect == C128_SUCCESS && k < pp.num_compress; ++k)
+      ((c128_compress_plan *)host)[k].ragged_id = (uint16_t)(((c128_compress_plan *)host)[k].ragged_id + row0);
+    for (int64_t k = 0; expect == C128_SUCCESS && k < pp.num_write; ++k)
+      ((c128_write_plan *)(host + cb))[k].ragged_id += (uint32_t)row0;
+    if (expect == C128_SUCCESS) {
       if (decode) {
         FZ_CHECK(4, memcmp(a.decode, host + cb + wb, db) == 0,
                  "decode plans from the engine's arrays differ from the host planner's");

@@ -1761,6 +1761,15 @@ Test(cpu, layout_requests_from_lens) {
   a.capacity = PLAN_CAP - 1;
   cr_assert_eq(c128_plan_prefill_device_host(&a), C128_SUCCESS);
   cr_assert_eq(status, C128_ERROR_CAPACITY_TOO_SMALL, "%s", c128_status_string(status));
+  /* rows past the 65536 a launch addresses refuse a request that has some, not an absent one */
+  const int32_t none[1] = {0}, far[2] = {70000, 70000}, far_one[2] = {70000, 70001};
+  a.output_first = NULL, a.output_index = NULL, a.capacity = PLAN_CAP, a.num_requests = 1;
+  a.seq_lens = none, a.query_start = far;
+  cr_assert_eq(c128_plan_prefill_device_host(&a), C128_SUCCESS);
+  cr_assert_eq(status, C128_SUCCESS, "an absent request past row 65536: %s", c128_status_string(status));
+  a.seq_lens = one, a.query_start = far_one;
+  cr_assert_eq(c128_plan_prefill_device_host(&a), C128_SUCCESS);
+  cr_assert_eq(status, C128_ERROR_TOO_MANY_ROWS, "a row past 65536: %s", c128_status_string(status));
   free(a.workspace), tabled_ring_free(&t);
 }
 
