@@ -485,11 +485,13 @@ typedef enum c128_output_kind {
    bf16 rope values at byte (head_dim + 64) * t; its scale bytes (one a block, then one 0 pad
    byte) at byte (head_dim + 64) * P + (head_dim / 64) * t. BF16 entry t: head_dim bf16 values at
    byte 2 * head_dim * t. head_dim <= 512.
-   A window's head_dim / 64 blocks each leave their 64 pooled channels in the workspace; the last
-   of them to arrive (a counter a window) writes the whole entry and sets the counter and the
-   channels back to zero. So the workspace must be zero before its first launch (cudaMemset
-   once), every launch of any size leaves it so, and two launches that run at the same time need
-   a workspace each. */
+   A launch whose group (requests_per_block, windows_per_block, or the automatic one) is at least
+   head_dim / 64 gives each block whole windows, which write their entries themselves. Smaller
+   groups spread a window over head_dim / 64 blocks, which each leave their 64 pooled channels in
+   the workspace; the last of them to arrive (a counter a window) writes the whole entry and sets
+   the counter and the channels back to zero. So the workspace must be zero before its first
+   launch (cudaMemset once), every launch of any size leaves it so, and two launches that run at
+   the same time need a workspace each. The entries are the same bytes either way. */
 typedef struct c128_entry_args {
   c128_output_kind kind;    /* C128_OUTPUT_POOLED (0): the fields below are not read */
   const float *norm_weight; /* gamma [head_dim], f32 */
@@ -988,6 +990,7 @@ typedef struct c128__more {
   int64_t cache_entries, rope_positions, page_bytes;
   uint32_t *arrivals; /* the workspace: a counter a job, */
   float *pooled;      /* then its window's pooled vector (bf16-rounded), [jobs][head_dim] */
+  int32_t whole;      /* blocks take whole windows, every split of `group` jobs (DESIGN 11.3) */
 } c128__more;
 
 static C128__MAYBE_UNUSED void c128__track(c128__checker *checker, const void *addr, int count, int elem_size,
@@ -1668,18 +1671,27 @@ typedef struct c128__block_shared {
   c128__window windows[C128__MAX_GROUP]; /* the group's compressing windows, in job order */
 } c128__block_shared;
 
-/* The block's jobs: first .. end - 1 of its split. Plan indices fit int32 (checked at launch). */
+/* The block's jobs: first .. end - 1, of its split, or in a cache-entry launch of whole windows
+   (c128__more.whole) of every split. A block's items are its jobs' splits in job order, one a
+   job or (whole windows) every split of each: its list, windows, steps and decode rows count
+   items. Plan indices fit int32 (checked at launch). */
 typedef struct c128__jobs {
-  int32_t first, end, split;
+  int32_t first, end, split, whole;
 } c128__jobs;
 
 C128__FN c128__jobs c128__block_jobs(const c128__params *p, c128__trait t, int64_t block) {
   const int num_split = C128_NUM_SPLIT(t.head_dim);
   c128__jobs j;
-  j.split = (int32_t)(block % num_split);
-  j.first = (int32_t)(block / num_split * p->group);
+  j.whole = t.entry && p->more->whole;
+  j.split = j.whole ? 0 : (int32_t)(block % num_split);
+  j.first = (int32_t)((j.whole ? block : block / num_split) * p->group);
   j.end = (int32_t)(j.first + p->group < p->num_plans ? j.first + p->group : p->num_plans);
   return j;
+}
+
+/* Items a job: 1, or with whole windows its splits. */
+C128__FN int c128__items_per_job(c128__trait t, const c128__jobs *j) {
+  return j->whole ? C128_NUM_SPLIT(t.head_dim) : 1;
 }
 
 /* Job k's window, if it compresses in this launch (decode: the request runs and completes a
@@ -1734,7 +1746,10 @@ C128__FN uint32_t c128__list_windows(const c128__params *p, c128__trait t, int k
   const int n = __popc(mask & ((1u << lane) - 1u));
   if (runs && tid < C128_WARP_THREADS) {
     if (t.entry) ext->entry[n] = w.out_row, ext->position[n] = position, w.out_row = j->first + lane;
-    sh->windows[n] = w;
+    for (int s = 0; s < c128__items_per_job(t, j); ++s) {
+      if (j->whole) w.split = s;
+      sh->windows[n * c128__items_per_job(t, j) + s] = w;
+    }
   }
   if (runs && t.layout) c128__resolve_rows(p, &w, tid / C128_WARP_THREADS, ext, n);
   return mask;
@@ -1742,11 +1757,15 @@ C128__FN uint32_t c128__list_windows(const c128__params *p, c128__trait t, int k
   uint32_t mask = 0;
   for (int k = 0; k < C128__MAX_GROUP; ++k) listed[k].kv = -1;
   for (int k = 0, n = 0; k < p->group; ++k) {
-    if (!c128__job_window(p, t, kind, j, k, 0, &sh->windows[n], &listed[k], &position)) continue;
+    c128__window w;
+    if (!c128__job_window(p, t, kind, j, k, 0, &w, &listed[k], &position)) continue;
     mask |= 1u << k;
-    if (t.entry)
-      ext->entry[n] = sh->windows[n].out_row, ext->position[n] = position, sh->windows[n].out_row = j->first + k;
-    for (int warp = 0; t.layout && warp < C128_NUM_WARPS; ++warp) c128__resolve_rows(p, &sh->windows[n], warp, ext, n);
+    if (t.entry) ext->entry[n] = w.out_row, ext->position[n] = position, w.out_row = j->first + k;
+    for (int warp = 0; t.layout && warp < C128_NUM_WARPS; ++warp) c128__resolve_rows(p, &w, warp, ext, n);
+    for (int s = 0; s < c128__items_per_job(t, j); ++s) {
+      if (j->whole) w.split = s;
+      sh->windows[n * c128__items_per_job(t, j) + s] = w;
+    }
     ++n;
   }
   (void)tid;
@@ -1760,11 +1779,16 @@ C128__FN int c128__popcount(uint32_t mask) {
   return n;
 }
 
-/* Steps of a block whose list is `mask`: the list alone, or the list, one step per window and
-   the last fold (and in cache-entry kernels the last arrival, staging and entry). */
-C128__FN int c128__block_steps(c128__trait t, uint32_t mask) {
-  const int count = c128__popcount(mask);
-  return count ? count + (t.entry ? 5 : 2) : 1;
+/* A block's items that compress: its listed jobs' splits. */
+C128__FN int c128__block_items(c128__trait t, const c128__jobs *j, uint32_t mask) {
+  return c128__popcount(mask) * c128__items_per_job(t, j);
+}
+
+/* Steps of a block with `items` to compress: the list alone, or the list, one step per item and
+   the last fold; in cache-entry kernels also the last window's arrival, staging and entry, or
+   with whole windows its entry alone. */
+C128__FN int c128__block_steps(const c128__params *p, c128__trait t, int items) {
+  return items ? items + (!t.entry ? 2 : p->more->whole ? 3 : 5) : 1;
 }
 
 C128__FN void c128__arrive(const c128__params *p, c128__trait t, const c128__block_shared *sh, c128__block_ext *ext,
@@ -1780,40 +1804,51 @@ C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128
 #define C128__ARRIVE_WARP (C128__ENTRY_WARP + C128_MAX_ENTRY_SPLITS)
 C128__STATIC_ASSERT(C128__ARRIVE_WARP < C128_NUM_WARPS, "a warp beside the folding and entry warps");
 
-/* Step s >= 1 of a block with `count` windows: window s - 1's loads and partials, window s - 2's
-   fold, and in cache-entry kernels window s - 3's arrival and, in the window's last block,
-   window s - 4's staging and window s - 5's entry. */
+/* Step s >= 1 of a block with `count` items: item s - 1's loads and partials, item s - 2's fold,
+   and in cache-entry kernels either (the workspace) window s - 3's arrival and, in the window's
+   last block, window s - 4's staging and window s - 5's entry, or (whole windows) the entry of the
+   window whose last split item s - 3 was. In every other kernel an item is a window. */
 C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, int step, int count, int tid,
                                 c128__block_shared *sh, c128__block_ext *ext) {
-  const int window = step - 1, warp = tid / C128_WARP_THREADS;
+  const int item = step - 1, warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
+  const int whole = t.entry && p->more->whole, splits = C128_NUM_SPLIT(t.head_dim);
   /* Homogeneous instances send the window's loads out before the fold. Mixed ones fold first:
      measured faster for bf16-state decode (B = 128: 12.6 against 13.3 us), and their exact build
      would spill, as did the decode kernels of any layout and the kernels with cache entries
      (more addresses to form). */
   const int entry_warp = t.entry && warp >= C128__ENTRY_WARP && warp < C128__ENTRY_WARP + C128_NUM_SPLIT(t.head_dim);
   const int loads_first = t.buf == t.in && !t.entry && (!t.layout || kind == C128_PLAN_COMPRESS);
-  if (t.entry && warp == C128__ARRIVE_WARP && window >= 2 && window - 2 < count)
-    c128__arrive(p, t, sh, ext, window - 2, tid % C128_WARP_THREADS);
-  if (entry_warp && window >= 4 && window - 4 < count && ext->last[window - 4])
-    c128__write_entry(p, t, ext, window - 4, warp - C128__ENTRY_WARP, tid % C128_WARP_THREADS);
-  if (entry_warp && window >= 3 && window - 3 < count && ext->last[window - 3])
-    c128__stage_entry(p, t, sh, ext, window - 3, warp - C128__ENTRY_WARP, tid % C128_WARP_THREADS);
+  if (whole) {
+    if (entry_warp && item >= 2 && item - 2 < count && (item - 2) % splits == splits - 1)
+      c128__write_entry(p, t, ext, (item - 2) / splits, warp - C128__ENTRY_WARP, lane);
+  } else if (t.entry) {
+    if (warp == C128__ARRIVE_WARP && item >= 2 && item - 2 < count) c128__arrive(p, t, sh, ext, item - 2, lane);
+    if (entry_warp && item >= 4 && item - 4 < count && ext->last[item - 4])
+      c128__write_entry(p, t, ext, item - 4, warp - C128__ENTRY_WARP, lane);
+    if (entry_warp && item >= 3 && item - 3 < count && ext->last[item - 3])
+      c128__stage_entry(p, t, sh, ext, item - 3, warp - C128__ENTRY_WARP, lane);
+  }
   c128__rows rows;
   c128__window cur = {0, 0, 0, 0, 0}; /* in registers: reading it from shared at each use costs a spill */
   c128__dest from;                    /* the warp's first state row in each plane */
-  if (window < count) cur = sh->windows[window];
-  if (t.layout && window < count) {
+  if (item < count) cur = sh->windows[item];
+  if (t.layout && item < count) { /* a window's rows, found once for all its splits */
+    const int window = whole ? item / splits : item;
     from.kv = ext->kv_row[window][warp], from.score = ext->score_row[window][warp];
   } else {
     from.kv = from.score = cur.state_row0 + warp * C128_ROWS_PER_WARP;
   }
-  if (window < count && loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
-  if (window >= 1 && (!t.entry || window - 1 < count)) {
-    const c128__window prev = sh->windows[window - 1];
-    c128__fold(p, t, &prev, tid, &sh->fold[(window - 1) % 2], t.entry ? ext->mine[(window - 1) % 2] : NULL);
+  if (item < count && loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
+  if (item >= 1 && (!t.entry || item - 1 < count)) {
+    const c128__window prev = sh->windows[item - 1];
+    /* cache entries: the block's 64 channels, or with whole windows its split of the window's row */
+    float *folded = !t.entry ? NULL
+                    : whole  ? ext->y[(item - 1) / splits % 2] + prev.split * C128_TILE_DIM
+                             : ext->mine[(item - 1) % 2];
+    c128__fold(p, t, &prev, tid, &sh->fold[(item - 1) % 2], folded);
   }
-  if (window < count && !loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
-  if (window < count) c128__partials(p, t, &cur, tid, &rows, &sh->fold[window % 2]);
+  if (item < count && !loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
+  if (item < count) c128__partials(p, t, &cur, tid, &rows, &sh->fold[item % 2]);
 }
 
 /* >>decode: the new rows (DESIGN 6.2) ----------------------------------------------------------- */
@@ -1827,20 +1862,23 @@ typedef struct c128__decode_rows {
   c128__raw2 kv[C128__WRITES_PER_WARP], score[C128__WRITES_PER_WARP];
 } c128__decode_rows;
 
-C128__FN int64_t c128__decode_channel(const c128__jobs *j, int tid) {
-  return (int64_t)j->split * C128_TILE_DIM + C128_TILE_ELEMS * (tid % C128_WARP_THREADS);
+/* Warp w persists items w and w + 16 of the group (c128__jobs): request and channels of its i-th. */
+C128__FN int32_t c128__decode_request(c128__trait t, const c128__jobs *j, int tid, int i) {
+  if (!j->whole) return j->first + tid / C128_WARP_THREADS + i * C128_NUM_WARPS;
+  return j->first + (tid / C128_WARP_THREADS + i * C128_NUM_WARPS) / C128_NUM_SPLIT(t.head_dim);
 }
-
-C128__FN int32_t c128__decode_request(const c128__jobs *j, int tid, int i) {
-  return j->first + tid / C128_WARP_THREADS + i * C128_NUM_WARPS;
+C128__FN int64_t c128__decode_channel(c128__trait t, const c128__jobs *j, int tid, int i) {
+  const int split = j->whole ? (tid / C128_WARP_THREADS + i * C128_NUM_WARPS) % C128_NUM_SPLIT(t.head_dim) : j->split;
+  return (int64_t)split * C128_TILE_DIM + C128_TILE_ELEMS * (tid % C128_WARP_THREADS);
 }
 
 C128__FN void c128__decode_fetch(const c128__params *p, c128__trait t, const c128__jobs *j, int tid,
                                  c128__decode_rows *rows) {
-  const int64_t row = C128_ROW_ELEMS(t.head_dim), ch = c128__decode_channel(j, tid);
+  const int64_t row = C128_ROW_ELEMS(t.head_dim), ch0 = c128__decode_channel(t, j, tid, 0);
   C128__UNROLL
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
-    const int32_t b = c128__decode_request(j, tid, i);
+    const int32_t b = c128__decode_request(t, j, tid, i);
+    const int64_t ch = j->whole ? c128__decode_channel(t, j, tid, i) : ch0;
     if (b >= j->end) break;
     rows->kv[i] = c128__fetch2(p, t, (int64_t)b * row + ch);
     rows->score[i] = c128__fetch2(p, t, (int64_t)b * row + C128_SCORE_OFFSET(t.head_dim) + ch);
@@ -1866,10 +1904,11 @@ C128__FN void c128__write_pair(const c128__params *p, c128__trait t, c128__dest 
    c128__list_windows), not from a second check: on the GPU from the lane that checked it. */
 C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c128__jobs *j, int tid,
                                   const c128__decode_rows *rows, const c128__dest *listed) {
-  const int64_t ch = c128__decode_channel(j, tid);
+  const int64_t ch0 = c128__decode_channel(t, j, tid, 0);
   C128__UNROLL
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
-    const int32_t b = c128__decode_request(j, tid, i);
+    const int32_t b = c128__decode_request(t, j, tid, i);
+    const int64_t ch = j->whole ? c128__decode_channel(t, j, tid, i) : ch0;
     if (b >= j->end) break;
 #ifdef __CUDA_ARCH__
     c128__dest to;
@@ -2235,7 +2274,7 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
   if (kind == C128_PLAN_DECODE && !fetch_first) c128__decode_fetch(p, t, &j, tid, &rows);
   if (!mask && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* nothing to fold: about done */
   if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows, &listed);
-  const int steps = c128__block_steps(t, mask), count = c128__popcount(mask);
+  const int count = c128__block_items(t, &j, mask), steps = c128__block_steps(p, t, count);
   C128__NO_UNROLL
   for (int s = 1; s < steps; ++s) {
     if (s == count + 1 && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* the last loads are out */
@@ -2509,7 +2548,7 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
     memset(ext, 0xFF, sizeof *ext);
     const c128__jobs j = c128__block_jobs(&p, t, block);
     const uint32_t mask = c128__list_windows(&p, t, kind, &j, 0, sh, ext, listed);
-    const int steps = c128__block_steps(t, mask), count = c128__popcount(mask);
+    const int count = c128__block_items(t, &j, mask), steps = c128__block_steps(&p, t, count);
     for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
       c128__decode_rows rows;
       c128__decode_fetch(&p, t, &j, checker.tid, &rows);
@@ -2854,8 +2893,17 @@ C128_API int32_t c128_prefill_group_size(int64_t num_compress, int32_t head_dim,
   return c128__group_size(num_compress, head_dim, sm_count, C128_MAX_PREFILL_GROUP);
 }
 
-static int64_t c128__grouped_blocks(int64_t jobs, c128__trait t, int32_t group) {
-  return (jobs + group - 1) / group * C128_NUM_SPLIT(t.head_dim);
+/* Cache entries (DESIGN 11.3): a group of at least a window's splits takes whole windows, group /
+   splits jobs a block with every split each, and writes each entry from the block's own shared
+   memory; smaller groups leave a window's splits to as many blocks, which meet in the workspace. */
+static void c128__take_whole_windows(c128__params *p, c128__more *m, c128__trait t) {
+  const int32_t splits = C128_NUM_SPLIT(t.head_dim);
+  m->whole = t.entry && p->group >= splits;
+  if (m->whole) p->group /= splits;
+}
+
+static int64_t c128__grouped_blocks(int64_t jobs, c128__trait t, const c128__params *p) {
+  return (jobs + p->group - 1) / p->group * (t.entry && p->more->whole ? 1 : C128_NUM_SPLIT(t.head_dim));
 }
 
 /* A launch's group: the caller's, or the automatic one, which needs the device's SM count; the
@@ -2894,8 +2942,9 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   const void *kernel = kernels ? kernels[variant] : NULL;
   st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group);
   if (st != C128_SUCCESS) return st;
-  return c128__launch_blocks(kernel, c128__grouped_blocks(a->batch, t, p.group), &p, tv, C128_PLAN_DECODE, a->pdl,
-                             stream, o);
+  c128__take_whole_windows(&p, &more, tv);
+  return c128__launch_blocks(kernel, c128__grouped_blocks(a->batch, tv, &p), &p, tv, C128_PLAN_DECODE, a->pdl, stream,
+                             o);
 }
 
 /* Compress first, write second, on one stream: a batch's writes may land on slots its own
@@ -2915,7 +2964,8 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
     const void *kernel = compress_kernels ? compress_kernels[variant] : NULL;
     st = c128__pick_group(a->windows_per_block, a->num_compress, tv, C128_MAX_PREFILL_GROUP, kernel, &p.group);
     if (st != C128_SUCCESS) return st;
-    st = c128__launch_blocks(kernel, c128__grouped_blocks(a->num_compress, t, p.group), &p, tv, C128_PLAN_COMPRESS,
+    c128__take_whole_windows(&p, &more, tv);
+    st = c128__launch_blocks(kernel, c128__grouped_blocks(a->num_compress, tv, &p), &p, tv, C128_PLAN_COMPRESS,
                              a->pdl, stream, o);
   }
   if (st == C128_SUCCESS && a->num_write > 0) {

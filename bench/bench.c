@@ -29,8 +29,11 @@
 
    Usage: c128_bench [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]]
                      [--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check] [--pdl 0|1|2]
+                     [--entry-group G]
    --pdl sets args.pdl of every case's launches (default 0; 2 = C128_PDL_PLANS_READY: the plans
    are uploaded once, before any launch).
+   --entry-group sets the group (requests_per_block, windows_per_block) of the fused cache-entry
+   launches (default 0: automatic); from head_dim / 64 up their blocks take whole windows.
    --filter runs the cases whose name holds any of the substrings (layout_|entry_: only the
    variants); the ceilings and empty launches always run.
    The commit is also read from $BENCH_COMMIT (the device copy of the tree may lack .git).
@@ -105,7 +108,8 @@ static const bench_lib bench_libs[2] = {
 static struct {
   const char *csv_path, *commit, *filter, *profile;
   int quick, cpu_check, samples_per_round;
-  int32_t pdl; /* args.pdl of every case's launches (--pdl) */
+  int32_t pdl;         /* args.pdl of every case's launches (--pdl) */
+  int32_t entry_group; /* the fused cache-entry launches' group (--entry-group; 0: automatic) */
   double footprint;
 } bench_opt;
 
@@ -1186,11 +1190,13 @@ static void bench_build_entry(const bench_case *c, c128_output_kind kind, int ep
       *a = c->dargs[u];
       if (epilogue) a->output = pooled;
       else a->output = NULL, a->output_rows = 0, a->output_index = at, a->entry = e;
+      if (!epilogue && bench_opt.entry_group) a->requests_per_block = bench_opt.entry_group;
     } else {
       c128_prefill_args *a = &v->pargs[u];
       *a = c->pargs[u];
       if (epilogue) a->output = pooled;
       else a->output = NULL, a->output_rows = 0, a->output_index = at, a->entry = e;
+      if (!epilogue && bench_opt.entry_group) a->windows_per_block = bench_opt.entry_group;
     }
     if (epilogue) {
       bench_epilogue_args *g = &v->eargs[u];
@@ -1858,11 +1864,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--profile") && v) bench_opt.profile = v, ++i;
     else if (!strcmp(a, "--quick")) bench_opt.quick = 1, bench_opt.samples_per_round = 3;
     else if (!strcmp(a, "--pdl") && v) bench_opt.pdl = atoi(v), ++i;
+    else if (!strcmp(a, "--entry-group") && v) bench_opt.entry_group = atoi(v), ++i;
     else if (!strcmp(a, "--cpu-check")) bench_opt.cpu_check = 1;
     else {
       fprintf(stderr,
               "usage: %s [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]] "
-              "[--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check] [--pdl 0|1|2]\n",
+              "[--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check] [--pdl 0|1|2] [--entry-group G]\n",
               argv[0]);
       return 2;
     }

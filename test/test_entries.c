@@ -562,6 +562,19 @@ static void decode_entry_case(const instance_entry *e, backend be, entry_case k)
   c128_status st = run_decode(e, be, &a, k.reverse);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
   check_workspace_zero(&a.entry, "decode");
+  if (k.group != 1) { /* groups of one block a split, which meet in the workspace: the same bytes */
+    cache twin = c;
+    twin.data = clone_bytes(c.poison, c.bytes);
+    c128_decode_args ta = a;
+    ta.state = clone_bytes(state0, state_rows * state_row);
+    ta.entry = entry_of(&twin, gamma, eps, rope, DECODE_ROPE, DB);
+    ta.requests_per_block = 1;
+    cr_assert_eq(run_decode(e, be, &ta, !k.reverse), C128_SUCCESS);
+    cr_assert(memcmp(c.data, twin.data, c.bytes) == 0, "decode entries of group %d and group 1 differ (seed %llu)",
+              k.group, (unsigned long long)r.seed);
+    check_rows_equal(state, ta.state, state_rows, state_row, "decode state, group 1", r.seed);
+    free(twin.data), free(ta.state), free(ta.entry.workspace);
+  }
 
   /* The state: exactly the rows of the plans that ran. */
   void *want = clone_bytes(state0, state_rows * state_row);
@@ -760,6 +773,19 @@ static void prefill_entry_case(const instance_entry *e, backend be, entry_case k
   const c128_status st = run_prefill(e, be, &a, k.reverse);
   cr_assert_eq(st, C128_SUCCESS, "%s", c128_status_string(st));
   check_workspace_zero(&a.entry, "prefill");
+  if (k.group != 1) { /* groups of one block a split, which meet in the workspace: the same bytes */
+    cache twin = c;
+    twin.data = clone_bytes(c.poison, c.bytes);
+    c128_prefill_args ta = a;
+    ta.state = clone_bytes(state0, state_rows * state_row);
+    ta.entry = entry_of(&twin, gamma, eps, rope, PREFILL_ROPE, NC);
+    ta.windows_per_block = 1;
+    cr_assert_eq(run_prefill(e, be, &ta, !k.reverse), C128_SUCCESS);
+    cr_assert(memcmp(c.data, twin.data, c.bytes) == 0, "prefill entries of group %d and group 1 differ (seed %llu)",
+              k.group, (unsigned long long)r.seed);
+    check_rows_equal(state, ta.state, state_rows, state_row, "prefill state, group 1", r.seed);
+    free(twin.data), free(ta.state), free(ta.entry.workspace);
+  }
 
   void *want = clone_bytes(state0, state_rows * state_row);
   for (int i = 0; i < TAIL + 3; ++i)
@@ -832,20 +858,27 @@ static void prefill_entry_case(const instance_entry *e, backend be, entry_case k
   free(state), free(input), free(ape), free(gamma), free(rope);
 }
 
-/* Three cases per instance and kernel: FP8 with 2 entries a page, indexed, the automatic group;
+/* Five cases per instance and kernel: FP8 with 2 entries a page, indexed, the automatic group;
    BF16 with 64 entries a page, indexed, scores of ~60, groups of 1, the blocks reversed on the
-   CPU and PDL on the GPU; FP8 with 1 entry a page, the plans' own rows, a middle group. */
+   CPU and PDL on the GPU; FP8 with 1 entry a page, the plans' own rows, a middle group (whole
+   windows where it holds a window's splits, DESIGN 11.3); whole windows in groups of one window
+   (8 blocks of 64 channels) and of 32 blocks' worth, BF16 and FP8. Each case whose group is not
+   1 also runs with group 1 and must write the same bytes. */
 static void decode_entry_cases(const instance_entry *e, backend be) {
   const int cpu = be == BACKEND_CPU;
   decode_entry_case(e, be, (entry_case){FP8, 2, 8, 1, 0, 0, 1.0f, 0});
   decode_entry_case(e, be, (entry_case){BF16E, 64, 2, 1, 1, !cpu, 60.0f, cpu});
   decode_entry_case(e, be, (entry_case){FP8, 1, 9, 0, 4, C128_PDL_PLANS_READY, 1.0f, 0});
+  decode_entry_case(e, be, (entry_case){BF16E, 4, 4, 1, 8, !cpu, 1.0f, cpu});
+  decode_entry_case(e, be, (entry_case){FP8, 2, 8, 0, 32, C128_PDL_PLANS_READY, 60.0f, 0});
 }
 static void prefill_entry_cases(const instance_entry *e, backend be) {
   const int cpu = be == BACKEND_CPU;
   prefill_entry_case(e, be, (entry_case){FP8, 2, 8, 1, 0, 0, 1.0f, 0});
   prefill_entry_case(e, be, (entry_case){BF16E, 64, 2, 1, 1, !cpu, 60.0f, cpu});
   prefill_entry_case(e, be, (entry_case){FP8, 1, 12, 0, 3, C128_PDL_PLANS_READY, 1.0f, 0});
+  prefill_entry_case(e, be, (entry_case){BF16E, 4, 4, 1, 8, !cpu, 1.0f, cpu});
+  prefill_entry_case(e, be, (entry_case){FP8, 2, 8, 0, 32, C128_PDL_PLANS_READY, 60.0f, 0});
 }
 #define ENTRY_TESTS(name, D, state, input, output)                                                      \
   Test(cpu, name##_entry_decode) { decode_entry_cases(instance(C128_INSTANCE_##name), BACKEND_CPU); }   \
