@@ -29,11 +29,12 @@
 
    Usage: c128_bench [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]]
                      [--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check] [--pdl 0|1|2]
-                     [--entry-group G]
+                     [--entry-group G] [--sizes N[,N...]]
    --pdl sets args.pdl of every case's launches (default 0; 2 = C128_PDL_PLANS_READY: the plans
    are uploaded once, before any launch).
    --entry-group sets the group (requests_per_block, windows_per_block) of the fused cache-entry
    launches (default 0: automatic); from head_dim / 64 up their blocks take whole windows.
+   --sizes runs only the batch sizes and token counts listed (with --quick: those, not its own).
    --filter runs the cases whose name holds any of the substrings (layout_|entry_: only the
    variants); the ceilings and empty launches always run.
    The commit is also read from $BENCH_COMMIT (the device copy of the tree may lack .git).
@@ -110,6 +111,7 @@ static struct {
   int quick, cpu_check, samples_per_round;
   int32_t pdl;         /* args.pdl of every case's launches (--pdl) */
   int32_t entry_group; /* the fused cache-entry launches' group (--entry-group; 0: automatic) */
+  const char *sizes;   /* --sizes: the batch sizes and token counts to run, comma-separated */
   double footprint;
 } bench_opt;
 
@@ -1396,6 +1398,23 @@ static void bench_unit_group(void *ctx, int variant, int64_t index, cudaStream_t
 }
 
 /* ---- the runs --------------------------------------------------------------------------- */
+/* Whether a batch size (decode) or token count runs: those of --sizes when given, else every
+   one, or with --quick batches 1 and 128 and 8K tokens. */
+static int bench_size_selected(int64_t size, int decode) {
+  if (bench_opt.sizes) {
+    for (const char *at = bench_opt.sizes; *at;) {
+      char *end;
+      const long long n = strtoll(at, &end, 10);
+      if (end == at) break;
+      if (n == size) return 1;
+      at = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+  }
+  if (!bench_opt.quick) return 1;
+  return decode ? size == 1 || size == 128 : size == bench_tokens[0];
+}
+
 /* --filter: substrings separated by '|', any of which selects a case. */
 static int bench_selected(const char *name) {
   if (!bench_opt.filter) return 1;
@@ -1865,11 +1884,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--quick")) bench_opt.quick = 1, bench_opt.samples_per_round = 3;
     else if (!strcmp(a, "--pdl") && v) bench_opt.pdl = atoi(v), ++i;
     else if (!strcmp(a, "--entry-group") && v) bench_opt.entry_group = atoi(v), ++i;
+    else if (!strcmp(a, "--sizes") && v) bench_opt.sizes = v, ++i;
     else if (!strcmp(a, "--cpu-check")) bench_opt.cpu_check = 1;
     else {
       fprintf(stderr,
               "usage: %s [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]] "
-              "[--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check] [--pdl 0|1|2] [--entry-group G]\n",
+              "[--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check] [--pdl 0|1|2] [--entry-group G] [--sizes N[,N...]]\n",
               argv[0]);
       return 2;
     }
@@ -1902,29 +1922,27 @@ int main(int argc, char **argv) {
   bench_measure_copy("start");
   bench_measure_read("start");
   bench_measure_empty();
-  const int nb = BENCH_COUNT(bench_batches), nt = bench_opt.quick ? 1 : BENCH_COUNT(bench_tokens);
+  const int nb = BENCH_COUNT(bench_batches), nt = BENCH_COUNT(bench_tokens);
   for (int kind = BENCH_DECODE_BOUNDARY; kind <= BENCH_DECODE_MIX; ++kind)
     for (int bf16 = 0; bf16 < 2; ++bf16)
-      for (int i = 0; i < nb; ++i) {
-        if (bench_opt.quick && bench_batches[i] != 1 && bench_batches[i] != 128) continue;
-        bench_one_case((bench_kind)kind, bf16, bench_batches[i]);
-      }
+      for (int i = 0; i < nb; ++i)
+        if (bench_size_selected(bench_batches[i], 1)) bench_one_case((bench_kind)kind, bf16, bench_batches[i]);
   for (int kind = BENCH_PREFILL_1REQ; kind <= BENCH_PREFILL_EXTEND; ++kind)
     for (int bf16 = 0; bf16 < 2; ++bf16)
-      for (int i = 0; i < nt; ++i) bench_one_case((bench_kind)kind, bf16, bench_tokens[i]);
+      for (int i = 0; i < nt; ++i)
+        if (bench_size_selected(bench_tokens[i], 0)) bench_one_case((bench_kind)kind, bf16, bench_tokens[i]);
   bench_chain(BENCH_DECODE_BOUNDARY, 8);
   bench_chain(BENCH_DECODE_BOUNDARY, 128);
   bench_chain(BENCH_DECODE_OFF, 64);
   bench_chain(BENCH_DECODE_MIX, 256);
   for (int kind = BENCH_DECODE_BOUNDARY; kind <= BENCH_DECODE_MIX; ++kind)
     for (int bf16 = 0; bf16 < 2; ++bf16)
-      for (int i = 0; i < nb; ++i) {
-        if (bench_opt.quick && bench_batches[i] != 1 && bench_batches[i] != 128) continue;
-        bench_variant_case((bench_kind)kind, bf16, bench_batches[i]);
-      }
+      for (int i = 0; i < nb; ++i)
+        if (bench_size_selected(bench_batches[i], 1)) bench_variant_case((bench_kind)kind, bf16, bench_batches[i]);
   for (int kind = BENCH_PREFILL_1REQ; kind <= BENCH_PREFILL_EXTEND; ++kind)
     for (int bf16 = 0; bf16 < 2; ++bf16)
-      for (int i = 0; i < nt; ++i) bench_variant_case((bench_kind)kind, bf16, bench_tokens[i]);
+      for (int i = 0; i < nt; ++i)
+        if (bench_size_selected(bench_tokens[i], 0)) bench_variant_case((bench_kind)kind, bf16, bench_tokens[i]);
   bench_release(bench_rope), bench_release(bench_gamma);
   bench_measure_copy("end");
   bench_measure_read("end");
