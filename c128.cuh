@@ -1816,7 +1816,7 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, 
      measured faster for bf16-state decode (B = 128: 12.6 against 13.3 us), and their exact build
      would spill, as did the decode kernels of any layout and the kernels with cache entries
      (more addresses to form). */
-  const int entry_warp = t.entry && warp >= C128__ENTRY_WARP && warp < C128__ENTRY_WARP + C128_NUM_SPLIT(t.head_dim);
+  const int entry_warp = t.entry && warp >= C128__ENTRY_WARP && warp < C128__ENTRY_WARP + splits;
   const int loads_first = t.buf == t.in && !t.entry && (!t.layout || kind == C128_PLAN_COMPRESS);
   if (whole) {
     if (entry_warp && item >= 2 && item - 2 < count && (item - 2) % splits == splits - 1)
@@ -2965,8 +2965,8 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
     st = c128__pick_group(a->windows_per_block, a->num_compress, tv, C128_MAX_PREFILL_GROUP, kernel, &p.group);
     if (st != C128_SUCCESS) return st;
     c128__take_whole_windows(&p, &more, tv);
-    st = c128__launch_blocks(kernel, c128__grouped_blocks(a->num_compress, tv, &p), &p, tv, C128_PLAN_COMPRESS,
-                             a->pdl, stream, o);
+    st = c128__launch_blocks(kernel, c128__grouped_blocks(a->num_compress, tv, &p), &p, tv, C128_PLAN_COMPRESS, a->pdl,
+                             stream, o);
   }
   if (st == C128_SUCCESS && a->num_write > 0) {
     /* the write kernel stores no output: its variant is the state layout's alone */

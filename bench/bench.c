@@ -1887,10 +1887,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--sizes") && v) bench_opt.sizes = v, ++i;
     else if (!strcmp(a, "--cpu-check")) bench_opt.cpu_check = 1;
     else {
-      fprintf(stderr,
-              "usage: %s [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]] "
-              "[--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check] [--pdl 0|1|2] [--entry-group G] [--sizes N[,N...]]\n",
-              argv[0]);
+      fprintf(
+          stderr,
+          "usage: %s [--csv FILE] [--commit SHA] [--quick] [--filter SUBSTRING[|SUBSTRING...]] "
+          "[--profile CASE:SIZE:STATE[:VARIANT]] [--cpu-check] [--pdl 0|1|2] [--entry-group G] [--sizes N[,N...]]\n",
+          argv[0]);
       return 2;
     }
   }

@@ -102,3 +102,11 @@ static void fz_set_prefill_group(c128_prefill_args *a, int32_t g) { a->windows_p
 static int32_t fz_host_prefill_group(const c128_prefill_args *a) {
   return a->windows_per_block > 0 ? a->windows_per_block : c128_prefill_group_size(a->num_compress, a->head_dim, 132);
 }
+/* Jobs (requests, compress plans) a block of a launch of `group` takes, and (`items`) the items a
+   job: a cache-entry launch whose group holds a window's splits gives each block whole windows,
+   group / splits jobs with every split each (DESIGN 11.3); otherwise group jobs of one split. */
+static int32_t fz_jobs_per_block(int32_t group, int32_t head_dim, int entry, int *items) {
+  const int32_t splits = head_dim / C128_TILE_DIM;
+  *items = entry && group >= splits ? splits : 1;
+  return group / *items;
+}

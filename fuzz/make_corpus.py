@@ -1007,7 +1007,13 @@ def crashes():
 # Inputs the fuzzer found that joined the corpus as they are (not encoded here): kept when the
 # corpus is regenerated.
 FOUND = {"planner-alias-null-workspace", "prefill-aliased-nothing-to-do", "entry-launch-without-ape-pooled-twin",
-         "entry-launch-with-misaligned-ape-pooled-twin"}
+         "entry-launch-with-misaligned-ape-pooled-twin",
+         # the model checked a request's windows before its writes, the planners go chunk by chunk
+         "plan-write-blocks-before-a-later-window",
+         # whole windows: the model grouped requests by the group, a block takes group / splits
+         "decode-whole-windows-one-row-two-blocks",
+         # the plan checker read the plans aliased onto a state of 0 bytes (the harness's buffer)
+         "prefill-plans-aliased-onto-an-empty-state"}
 
 
 def main():

@@ -181,23 +181,27 @@ static c128_status m_prefill_batch(const m_ring *mr, const c128_request *q, int6
     if (verify && x.extend_len > max_drafts) return C128_ERROR_TOO_MANY_DRAFTS;
     if (rows + x.extend_len > C128_MAX_PREFILL_ROWS) return C128_ERROR_TOO_MANY_ROWS;
     const int64_t seq = x.seq_len, prefix = seq - x.extend_len, fw0 = m_first_write(mr, seq);
-    const int64_t fw = fw0 > prefix ? fw0 : prefix;
+    const int64_t fw = fw0 > prefix ? fw0 : prefix, first_end = (prefix / 128 + 1) * 128 - 1;
     int64_t page;
-    for (int64_t end = (prefix / 128 + 1) * 128 - 1; end < seq; end += 128) { /* compress events */
-      c128_status st = m_page(mr, x.pool_index, end, &page);
-      if (st == C128_SUCCESS) st = m_page(mr, x.pool_index, end >= 128 ? end - 128 : 0, &page);
-      /* the window's rows before the batch come from the state: their blocks must be there */
-      if (st == C128_SUCCESS) st = m_blocks(mr, x.pool_index, end - 127, prefix - (end - 127));
-      if (st == C128_SUCCESS && mr->rope > 0 && end - 127 >= mr->rope) st = C128_ERROR_ROPE_TABLE_TOO_SHORT;
-      if (st != C128_SUCCESS) return st;
-    }
-    for (int64_t pos = fw; pos < seq; pos = (pos / 128 + 1) * 128) { /* writes: one page per chunk */
-      const c128_status st = m_page(mr, x.pool_index, pos, &page);
+    /* DESIGN 5.7: chunk by chunk of 128 positions, from the first window's or the first write's,
+       whichever is lower: the window that ends in the chunk, then the chunk's writes */
+    const int64_t lo = first_end < seq && first_end < fw ? first_end : fw;
+    for (int64_t chunk = lo / 128 * 128; chunk < seq; chunk += 128) {
+      const int64_t end = chunk + 127;
+      c128_status st = C128_SUCCESS;
+      if (end >= first_end && end < seq) { /* a compress event */
+        st = m_page(mr, x.pool_index, end, &page);
+        if (st == C128_SUCCESS) st = m_page(mr, x.pool_index, end >= 128 ? end - 128 : 0, &page);
+        /* the window's rows before the batch come from the state: their blocks must be there */
+        if (st == C128_SUCCESS) st = m_blocks(mr, x.pool_index, end - 127, prefix - (end - 127));
+        if (st == C128_SUCCESS && mr->rope > 0 && end - 127 >= mr->rope) st = C128_ERROR_ROPE_TABLE_TOO_SHORT;
+      }
+      const int64_t wlo = chunk > fw ? chunk : fw, whi = seq < end + 1 ? seq : end + 1;
+      if (st == C128_SUCCESS && wlo < whi) st = m_page(mr, x.pool_index, wlo, &page);       /* one page a chunk */
+      if (st == C128_SUCCESS && wlo < whi) st = m_blocks(mr, x.pool_index, wlo, whi - wlo); /* the rows' blocks */
       if (st != C128_SUCCESS) return st;
     }
     nuse += m_written(mr, x, k, fw, NULL);
-    const c128_status bst = m_blocks(mr, x.pool_index, fw, seq - fw); /* the written rows' blocks */
-    if (bst != C128_SUCCESS) return bst;
     nc += seq / 128 - prefix / 128, nw += seq - fw, rows += x.extend_len;
   }
   if (nc > capacity || nw > capacity) return C128_ERROR_CAPACITY_TOO_SMALL;

@@ -393,8 +393,10 @@ class StateLayout(NamedTuple):
 class Entry(NamedTuple):
     """The cache entries a compress event writes instead of a pooled row (c128_entry_args,
     DESIGN 11): RMSNorm, RoPE on the last 64 channels, UE8M0 FP8 of the others, stored into a
-    paged cache, in the decode / prefill compress launch itself (head_dim <= 512). The blocks
-    of a window leave their channels in a workspace; the last to arrive writes the entry.
+    paged cache, in the decode / prefill compress launch itself (head_dim <= 512). A launch
+    whose group is at least head_dim / 64 (large batches and prefills) gives each block whole
+    windows, which write their entries themselves; otherwise the blocks of a window leave their
+    channels in a workspace and the last to arrive writes the entry. The same bytes either way.
 
     - ``kind``: ``"dsv4_fp8"`` (FlashMLA's sparse FP8 layout: head_dim - 64 e4m3 codes and 64
       bf16 RoPE values an entry, then the pages' scale bytes) or ``"dsv4_bf16"`` (head_dim bf16
