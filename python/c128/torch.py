@@ -253,7 +253,8 @@ from . import trtllm as _trtllm  # noqa: E402
 _TRT_HEAD = ("(Tensor kv_score, Tensor ape, Tensor(a!) paged_kv, Tensor(b!) paged_score, Tensor block_table_kv, "
              "Tensor block_table_score, Tensor(c!) output, Tensor kv_lens, ")
 _define("compressor_paged_kv_compress", _TRT_HEAD + "Tensor cu_seq_lens, Tensor cu_kv_comp, int batch_size, "
-        "int page_size, int head_dim, int compress_ratio, int next_n) -> ()", _trtllm.compressor_paged_kv_compress)
+        "int page_size, int head_dim, int compress_ratio, int next_n, Tensor? new_tokens_per_seq=None) -> ()",
+        _trtllm.compressor_paged_kv_compress)
 _define("compressor_prefill_reduction", _TRT_HEAD + "Tensor start_pos, Tensor cu_seq_lens, Tensor cu_kv_comp, "
         "int batch_size, int page_size, int head_dim, int compress_ratio, int max_outputs) -> ()",
         _trtllm.compressor_prefill_reduction)

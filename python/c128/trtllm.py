@@ -91,10 +91,11 @@ def _lengths(n: int, **arrays: Any) -> None:
 
 
 def _rules(q: Any, s: Any, comp: Any, rows: int, out_rows: int, next_n: Optional[int], start_pos: Any,
-           max_outputs: Optional[int], positions: int) -> list:
+           max_outputs: Optional[int], positions: int, new_tokens: Any = None) -> list:
     """(mask over requests, message of request b): what the engine's arrays imply and must agree on, as
     NumPy or PyTorch operations alike (q: cu_seq_lens [n + 1], s: kv_lens [n], comp: cu_kv_comp [n + 1];
-    positions: the tokens a block table's row holds, page_size * its columns)."""
+    positions: the tokens a block table's row holds, page_size * its columns; new_tokens: a ragged
+    generation batch's new_tokens_per_seq, next_n then being their maximum)."""
     ext = q[1:] - q[:-1]
     start = s - ext
     win = s // WINDOW - start // WINDOW
@@ -110,9 +111,15 @@ def _rules(q: Any, s: Any, comp: Any, rows: int, out_rows: int, next_n: Optional
              ((win > 0) & (comp[:-1] + win > out_rows),
               lambda b: f"cu_kv_comp: request {b} completes {int(win[b])} windows from output row "
                         f"{int(comp[b])}, but output has {out_rows} rows")]
-    if next_n is not None:
+    if next_n is not None and new_tokens is None:
         rules.append((ext != next_n, lambda b: f"next_n: {next_n}, but request {b} has {int(ext[b])} new tokens "
                                                f"(cu_seq_lens[{b + 1}] - cu_seq_lens[{b}])"))
+    if new_tokens is not None:
+        rules.append((ext != new_tokens, lambda b: f"new_tokens_per_seq: new_tokens_per_seq[{b}] = "
+                                                   f"{int(new_tokens[b])}, but request {b} has {int(ext[b])} new "
+                                                   f"tokens (cu_seq_lens[{b + 1}] - cu_seq_lens[{b}])"))
+        rules.append((new_tokens > next_n, lambda b: f"new_tokens_per_seq: new_tokens_per_seq[{b}] = "
+                                                     f"{int(new_tokens[b])}, more than next_n = {next_n}"))
     if start_pos is not None:
         rules.append((start_pos != start, lambda b: f"start_pos: start_pos[{b}] = {int(start_pos[b])}, but kv_lens"
                                                     f"[{b}] - new tokens = {int(s[b])} - {int(ext[b])} = "
@@ -124,12 +131,12 @@ def _rules(q: Any, s: Any, comp: Any, rows: int, out_rows: int, next_n: Optional
 
 
 def _validate(q: Any, s: Any, comp: Any, rows: int, out_rows: int, next_n: Optional[int], start_pos: Any,
-              max_outputs: Optional[int], positions: int) -> None:
+              max_outputs: Optional[int], positions: int, new_tokens: Any = None) -> None:
     """ValueError naming the first argument that disagrees (host arrays)."""
     import numpy as np
 
-    arrays = [np.asarray(a, dtype=np.int64) if a is not None else None for a in (q, s, comp, start_pos)]
-    for mask, message in _rules(*arrays[:3], rows, out_rows, next_n, arrays[3], max_outputs, positions):
+    arrays = [np.asarray(a, dtype=np.int64) if a is not None else None for a in (q, s, comp, start_pos, new_tokens)]
+    for mask, message in _rules(*arrays[:3], rows, out_rows, next_n, arrays[3], max_outputs, positions, arrays[4]):
         hit = np.flatnonzero(mask)
         if hit.size:
             raise ValueError(message(int(hit[0])))
@@ -137,7 +144,8 @@ def _validate(q: Any, s: Any, comp: Any, rows: int, out_rows: int, next_n: Optio
 
 def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_kv: Any, block_table_score: Any,
          output: Any, kv_lens: Any, cu_seq_lens: Any, cu_kv_comp: Any, batch_size: int, page_size: int, *,
-         next_n: Optional[int] = None, start_pos: Any = None, max_outputs: Optional[int] = None) -> Any:
+         next_n: Optional[int] = None, start_pos: Any = None, max_outputs: Optional[int] = None,
+         new_tokens: Any = None) -> Any:
     """The writes and the windows of one batch: c128's device planner on the engine's arrays (write_all:
     every new token), then the prefill launch with each window's output row from cu_kv_comp; in chunks of
     at most 65536 rows (:data:`_ROWS`). Returns the status tensor (:func:`last_status`).
@@ -155,6 +163,8 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
                   block_table_kv=(block_table_kv, n), block_table_score=(block_table_score, n))
     if start_pos is not None:
         arrays["start_pos"] = (start_pos, n)
+    if new_tokens is not None:
+        arrays["new_tokens_per_seq"] = (new_tokens, n)
     _lengths(n, **arrays)
     host = x.torch is None or x.device.type != "cuda"
     capturing = not host and bool(x.torch.cuda.is_current_stream_capturing())
@@ -176,11 +186,12 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
     chunks = max(1, -(-rows // _ROWS))
     out_rows = int(output.shape[0])
     positions = page_size * stride  # a request's tokens the block table holds
-    q = s = comp = sp = None
+    q = s = comp = sp = nt = None
     if host or not capturing or chunks > 1:  # the arguments' rules (a captured step of one chunk needs none)
         q, s, comp = x.i64(qs), x.i64(seq), x.i64(cu_kv_comp[:n + 1])
         sp = x.i64(start_pos[:n]) if start_pos is not None else None
-    checks = (next_n, sp, max_outputs, positions)
+        nt = x.i64(new_tokens[:n]) if new_tokens is not None else None
+    checks = (next_n, sp, max_outputs, positions, nt)
     flag = None
     if host:
         _validate(q, s, comp, rows, out_rows, *checks)
@@ -226,7 +237,8 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
         st = [int(v) for v in status.tolist()]
         if st[chunks]:  # the device flag: the host check names the argument
             _validate(*(a.cpu() if a is not None else None for a in (q, s, comp)), rows, out_rows, next_n,
-                      sp.cpu() if sp is not None else None, max_outputs, positions)
+                      sp.cpu() if sp is not None else None, max_outputs, positions,
+                      nt.cpu() if nt is not None else None)
             raise ValueError("kv_lens, cu_seq_lens, cu_kv_comp: the arguments disagree")
         bad = [(i, v) for i, v in enumerate(st[:chunks]) if v]
         if bad:
@@ -248,18 +260,21 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
 def compressor_paged_kv_compress(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_kv: Any,
                                  block_table_score: Any, output: Any, kv_lens: Any, cu_seq_lens: Any, cu_kv_comp: Any,
                                  batch_size: int, page_size: int, head_dim: int, compress_ratio: int,
-                                 next_n: int) -> None:
+                                 next_n: int, new_tokens_per_seq: Any = None) -> None:
     """trtllm::compressor_paged_kv_compress for ratio 128: a generation batch of next_n tokens per request
-    (request b's at kv_lens[b] - next_n .. kv_lens[b] - 1, rows cu_seq_lens[b] ..). An eager call checks that
-    each request has next_n new rows (ValueError); a captured one does not."""
+    (request b's at kv_lens[b] - next_n .. kv_lens[b] - 1, rows cu_seq_lens[b] ..), or, with
+    ``new_tokens_per_seq`` (int32 [batch_size], newer TensorRT-LLM's ragged batches), new_tokens_per_seq[b]
+    tokens, next_n their maximum. An eager call checks that each request has that many new rows in
+    cu_seq_lens, and none more than next_n (ValueError); a captured one does not."""
     _check(paged_kv, paged_score, page_size, head_dim, compress_ratio)
     if _compiling():
         _ops().compressor_paged_kv_compress(kv_score, ape, paged_kv, paged_score, block_table_kv, block_table_score,
                                             output, kv_lens, cu_seq_lens, cu_kv_comp, batch_size, page_size, head_dim,
-                                            compress_ratio, next_n)
+                                            compress_ratio, next_n, new_tokens_per_seq)
         return
     _run(kv_score, ape, paged_kv, paged_score, block_table_kv, block_table_score, output, kv_lens, cu_seq_lens,
-         cu_kv_comp, batch_size, page_size, next_n=_int(next_n, "next_n", (1, _INT32[1])))
+         cu_kv_comp, batch_size, page_size, next_n=_int(next_n, "next_n", (1, _INT32[1])),
+         new_tokens=new_tokens_per_seq)
 
 
 def compressor_prefill_reduction(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_kv: Any,

@@ -223,6 +223,47 @@ def test_mixed_batch_generation_rows_after_context(fw: str) -> None:
         assert window_error(out[row], "f32", ref) == "", f"output row {row}"
 
 
+@pytest.mark.parametrize("fw", _frameworks())
+def test_ragged_generation_new_tokens_per_seq(fw: str) -> None:
+    """Newer TensorRT-LLM's ragged generation batch: next_n the most new tokens a request has, the counts in
+    new_tokens_per_seq (a 16th argument, optional); the planes and windows are the model's; counts that
+    disagree with cu_seq_lens, or exceed next_n, are refused with nothing written."""
+    rng = np.random.default_rng(21)
+    m = TrtModel(rng, 3, 700, 128)
+    kv, sc = m.kv.copy(), m.sc.copy()
+    _context(m, "numpy", [126, 382, 127], kv, sc)  # windows close in steps 1 (0, 2) and 2 (1)
+    fn = T.compressor_paged_kv_compress
+    if fw == "ops":
+        import torch
+
+        import c128.torch  # noqa: F401
+
+        fn = torch.ops.c128.compressor_paged_kv_compress
+    windows = 0
+    for ext in ([3, 1, 2], [1, 3, 3], [2, 2, 1]):
+        x, (kv_lens, start, cu, comp), expect = m.step(np.array(ext))
+        out = np.full((max(int(comp[-1]), 1), D), np.nan, np.float32)
+        head = (_as(fw, x), _as(fw, m.ape), _as(fw, kv), _as(fw, sc), _as(fw, m.t_kv), _as(fw, m.t_sc), _as(fw, out),
+                _as(fw, kv_lens), _as(fw, cu), _as(fw, comp), 3, 128, D, 128)
+        if fw != "ops":  # the refusals name the argument (the operator raises them as well, wrapped by PyTorch)
+            before = (kv.tobytes(), sc.tobytes())
+            wrong = np.array(ext, np.int32)
+            wrong[1] += 1
+            with pytest.raises(ValueError, match=r"^new_tokens_per_seq: new_tokens_per_seq\[1\] = "):
+                fn(*head, 4, new_tokens_per_seq=_as(fw, wrong))
+            most = max(ext)
+            with pytest.raises(ValueError, match=rf"^new_tokens_per_seq: new_tokens_per_seq\[\d\] = {most}, more "
+                                                 rf"than next_n = {most - 1}"):
+                fn(*head, most - 1, new_tokens_per_seq=_as(fw, np.array(ext, np.int32)))
+            assert (kv.tobytes(), sc.tobytes()) == before
+        fn(*head, 3, new_tokens_per_seq=_as(fw, np.array(ext, np.int32)))
+        assert kv.tobytes() == m.kv.tobytes() and sc.tobytes() == m.sc.tobytes(), f"{ext}: planes"
+        for row in range(int(comp[-1])):
+            assert window_error(out[row], "f32", expect[row]) == "", f"{ext}: output row {row}"
+            windows += 1
+    assert windows >= 3
+
+
 def test_context_batch_over_65536_rows(checked) -> None:
     """71300 rows: one call splits them at row 65536, inside request 1 (66000 tokens, itself more than one
     call's rows, cut mid-window); the planes and the windows are those of the requests run one by one (request
