@@ -106,6 +106,8 @@ def _rules(q: Any, s: Any, comp: Any, rows: int, out_rows: int, next_n: Optional
              ((win > 0) & (comp[:-1] < 0), lambda b: f"cu_kv_comp: cu_kv_comp[{b}] = {int(comp[b])} is negative"),
              (ext < 0, lambda b: f"cu_seq_lens: cu_seq_lens[{b + 1}] = {int(q[b + 1])} < cu_seq_lens[{b}] = "
                                  f"{int(q[b])}"),
+             (start < 0, lambda b: f"kv_lens: kv_lens[{b}] = {int(s[b])}, fewer than request {b}'s {int(ext[b])} new "
+                                   f"tokens (cu_seq_lens[{b + 1}] - cu_seq_lens[{b}])"),
              (q[1:] > rows, lambda b: f"cu_seq_lens: cu_seq_lens[{b + 1}] = {int(q[b + 1])}, but kv_score has "
                                       f"{rows} rows"),
              ((win > 0) & (comp[:-1] + win > out_rows),
@@ -140,6 +142,34 @@ def _validate(q: Any, s: Any, comp: Any, rows: int, out_rows: int, next_n: Optio
         hit = np.flatnonzero(mask)
         if hit.size:
             raise ValueError(message(int(hit[0])))
+
+
+def _diagnosis(q: Any, s: Any, tables: Any, pages: int, page_size: int) -> Optional[str]:
+    """What in the engine's arrays a refused batch's planner found, in TensorRT-LLM's names (host arrays,
+    read only after a refusal): a request without new tokens, or a block table entry, among the blocks a
+    request writes (every new token) or reads (its first completed window), that is negative or past the
+    planes' pages. None when none of these holds."""
+    import numpy as np
+
+    q, s = np.asarray(q, np.int64), np.asarray(s, np.int64)
+    ext = q[1:] - q[:-1]
+    start = s - ext
+    for b in range(len(s)):
+        if ext[b] == 0 and s[b] > 0:
+            return (f"request {b} has no new tokens (cu_seq_lens[{b + 1}] = cu_seq_lens[{b}]) but kv_lens[{b}] = "
+                    f"{s[b]}: a batch names only requests with new tokens")
+    for b in range(len(s)):
+        if ext[b] <= 0:
+            continue
+        first = start[b] // WINDOW * WINDOW if s[b] // WINDOW > start[b] // WINDOW else start[b]
+        for name, table in tables:
+            row = np.asarray(table[b])
+            for column in range(int(first // page_size), int((s[b] - 1) // page_size) + 1):
+                block = int(row[column]) if column < row.shape[0] else None
+                if block is None or not 0 <= block < pages:
+                    return (f"{name}[{b}][{column}] = {block}, but request {b} uses that block (positions "
+                            f"{column * page_size}..{(column + 1) * page_size - 1}) and the planes hold {pages} pages")
+    return None
 
 
 def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_kv: Any, block_table_score: Any,
@@ -244,8 +274,13 @@ def _run(kv_score: Any, ape: Any, paged_kv: Any, paged_score: Any, block_table_k
         if bad:
             i, v = bad[0]
             where = f"rows {i * _ROWS}..{min(rows, (i + 1) * _ROWS) - 1} of {rows}: " if chunks > 1 else ""
+            tables = [(name, t.cpu() if not host else t) for name, t in
+                      (("block_table_kv", block_table_kv[:n]), ("block_table_score", block_table_score[:n]))]
+            found = _diagnosis(*(a.cpu() if not host else a for a in (q, s)), tables, int(paged_kv.shape[0]),
+                               page_size)
             raise Error(v, "c128_plan_prefill_device" + ("_host" if host else ""),
-                        f"{where}the TensorRT-LLM batch of {n} requests is refused; nothing was written")
+                        f"{where}the TensorRT-LLM batch of {n} requests is refused"
+                        + (f": {found}" if found else "") + "; nothing was written")
 
     if host or (chunks > 1 and not capturing):
         report()

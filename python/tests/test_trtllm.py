@@ -159,10 +159,34 @@ def test_refused_batch_raises(fw: str) -> None:
                                        _as(fw, m.t_sc), _as(fw, out), _as(fw, kv_lens), _as(fw, start), _as(fw, cu),
                                        _as(fw, comp), 2, 128, D, 128, 1)
     assert e.value.status != 0 and e.value.function.startswith("c128_plan_prefill_device")
-    assert "refused; nothing was written" in str(e.value)
+    pages = m.kv.shape[0]
+    assert f"refused: block_table_kv[0][2] = {pages + 5}, but request 0 uses that block (positions 256..383) and " \
+           f"the planes hold {pages} pages; nothing was written" in str(e.value), str(e.value)
     assert (kv.tobytes(), sc.tobytes()) == before and np.all(out == 7.0)
     status = T.last_status()
     assert int(status[0]) == int(e.value.status) and int(status[1]) == 0
+    # the other refusals the arguments' checks leave to the planner, named in TensorRT-LLM's terms
+    head = (_as(fw, x), _as(fw, m.ape), _as(fw, kv), _as(fw, sc), _as(fw, m.t_kv), _as(fw, m.t_sc), _as(fw, out))
+    score = m.t_sc.copy()
+    score[1, 3] = -1  # request 1 writes positions 300 and 301: block 2; its window 256..383 reads block 2 too
+    score[1, 2] = -1
+    short, short_start = kv_lens.copy(), start.copy()
+    short[1], short_start[1] = 1, -1  # request 1's 2 new tokens
+    empty_cu, empty_start = cu.copy(), start.copy()
+    empty_cu[2], empty_start[1] = empty_cu[1], kv_lens[1]  # request 1 without new tokens
+    for args, text in (((score, kv_lens, start, cu), "block_table_score[1][2] = -1, but request 1 uses that block "
+                                                      "(positions 256..383)"),
+                       ((m.t_sc, short, short_start, cu),
+                        "kv_lens: kv_lens[1] = 1, fewer than request 1's 2 new tokens"),
+                       ((m.t_sc, kv_lens, empty_start, empty_cu), "request 1 has no new tokens (cu_seq_lens[2] = "
+                                                            "cu_seq_lens[1]) but kv_lens[1] = 302")):
+        t_sc, lens, sp, cus = args
+        with pytest.raises((c128.Error, ValueError)) as e:
+            T.compressor_prefill_reduction(*head[:5], _as(fw, t_sc), head[6], _as(fw, lens), _as(fw, sp),
+                                           _as(fw, cus), _as(fw, comp), 2, 128, D, 128, 1)
+        assert isinstance(e.value, ValueError if text.startswith("kv_lens") else c128.Error), repr(e.value)
+        assert text in str(e.value), str(e.value)
+        assert (kv.tobytes(), sc.tobytes()) == before and np.all(out == 7.0)
 
 
 def test_mismatched_arguments_raise() -> None:
