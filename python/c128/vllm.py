@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional, Tuple
 
-from . import Entry, StateLayout, _compiling, _int, _INT32, _ops, prefill, WINDOW
+from . import Entry, MAX_PREFILL_ROWS, StateLayout, _compiling, _int, _INT32, _ops, prefill, WINDOW
 from .sglang import _Xp
 
 __all__ = ["save_partial_states", "compress_norm_rope_store_cutedsl", "compress_c128", "install"]
@@ -100,6 +100,13 @@ def _per_token_table(x: _Xp, slots: Any, positions: Any, block: int) -> Tuple[An
     return table, (k << shift) | p, shift
 
 
+def _chunks(n: int, size: int = MAX_PREFILL_ROWS) -> list:
+    """[lo, hi) ranges of at most size tokens covering 0 .. n (one, empty, for n = 0). The per-token plans
+    of different tokens never touch the same row (save_partial_states writes each token's slot,
+    compress_c128 reads the state and writes its own token's output), so chunks run in any order."""
+    return [(lo, min(n, lo + size)) for lo in range(0, max(n, 1), size)]
+
+
 def save_partial_states(kv: Any, score: Any, ape: Any, positions: Any, state_cache: Any, slot_mapping: Any,
                         block_size: int, state_width: int, compress_ratio: int, pdl_kwargs: Any = None) -> None:
     """vLLM's save_partial_states for ratio 128: state_cache[slot_mapping[t]] = [kv[t] | score[t] +
@@ -129,11 +136,11 @@ def save_partial_states(kv: Any, score: Any, ape: Any, positions: Any, state_cac
     table, logical, shift = _per_token_table(x, slots, pos, b)
     k = x.arange(n)
     aligned = (slots >= 0) & (slots % b == pos % b)
-    plans = x.stack([x.where(aligned, k, -1), logical])
-    plans = x.int32_rows_as_u8(plans, 8)
     empty = x.int32_rows_as_u8(x.full((0, 4), 0), 16)
     layout = StateLayout(block_rows=b, block_table=table, row_shift=shift, score_biased=True)
-    prefill(state_cache, rows, ape, _out_none(x, d), empty, plans, state_layout=layout)
+    for lo, hi in _chunks(n):  # plans name their input row in a u16: a launch per 65536 tokens
+        plans = x.int32_rows_as_u8(x.stack([x.where(aligned[lo:hi], k[lo:hi] - lo, -1), logical[lo:hi]]), 8)
+        prefill(state_cache, rows[lo:hi], ape, _out_none(x, d), empty, plans, state_layout=layout)
     other = (slots >= 0) & ~aligned
     if x.torch is not None and x.device.type != "cpu":
         _refuse(x, other, "c128.vllm.save_partial_states: a slot_mapping entry whose offset in its block is not "
@@ -218,14 +225,19 @@ def compress_c128(state_cache: Any, token_to_req_indices: Any, positions: Any, s
         ape_t = _zero_ape(x, d)
     seq = x.where(boundary, pos + 1, -1)
     page = x.where(boundary, logical_page, -1)
-    cols = [seq, k + (buffer_len << 16), page, page]
-    plans = x.int32_rows_as_u8(x.stack(cols), 16)
     empty = x.int32_rows_as_u8(x.full((0, 2), 0), 8)
     layout = StateLayout(block_rows=b, block_table=table, row_shift=shift, score_biased=True)
-    if entry is not None:
-        prefill(state_cache, rows, ape_t, None, plans, empty, state_layout=layout, output_index=index, entry=entry)
-    else:
-        prefill(state_cache, rows, ape_t, compressed_kv, plans, empty, state_layout=layout)
+    # Plans name their input row in a u16: a launch per 65409 tokens, whose input also holds the 127 rows
+    # before them (a window of a ring's chunk reads its earlier rows from the input).
+    for lo, hi in _chunks(n, MAX_PREFILL_ROWS - (WINDOW - 1)):
+        base = max(0, lo - (WINDOW - 1))
+        cols = [seq[lo:hi], k[lo:hi] - base + (buffer_len[lo:hi] << 16), page[lo:hi], page[lo:hi]]
+        plans = x.int32_rows_as_u8(x.stack(cols), 16)
+        if entry is not None:
+            prefill(state_cache, rows[base:hi], ape_t, None, plans, empty, state_layout=layout,
+                    output_index=index[lo:hi], entry=entry)
+        else:
+            prefill(state_cache, rows[base:hi], ape_t, compressed_kv[lo:hi], plans, empty, state_layout=layout)
 
 
 _CONVERTED: dict = {}  # (what, id(source)) -> (source, version, converted): vLLM's tensors in c128's form

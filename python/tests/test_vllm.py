@@ -29,15 +29,16 @@ class VllmModel:
     """vLLM's metadata and state for `reqs` requests: main branch (block 8, block_table [reqs, cdiv(max_len, 8)]
     of distinct shuffled blocks) or the ring (one block of C rows per request)."""
 
-    def __init__(self, rng, reqs: int, max_len: int, ring: int = 0) -> None:
+    def __init__(self, rng, reqs: int, max_len: int, ring: int = 0, d: int = D) -> None:
+        self.d = d
         self.ring = ring
         self.b = ring or 8
         cols = 1 if ring else -(-max_len // 8)
         self.blocks = reqs * cols + 4
         self.table = rng.permutation(self.blocks)[:reqs * cols].astype(np.int32).reshape(reqs, cols)
-        self.state = rng.standard_normal((self.blocks, self.b, 2 * D)).astype(np.float32)  # stale rows
-        self.ape = (0.5 * rng.standard_normal((W, D))).astype(np.float32)
-        self.tokens = [rng.standard_normal((max_len, 2 * D)).astype(np.float32) for _ in range(reqs)]
+        self.state = rng.standard_normal((self.blocks, self.b, 2 * d)).astype(np.float32)  # stale rows
+        self.ape = (0.5 * rng.standard_normal((W, d))).astype(np.float32)
+        self.tokens = [rng.standard_normal((max_len, 2 * d)).astype(np.float32) for _ in range(reqs)]
         self.lens = np.zeros(reqs, np.int64)
 
     def slot(self, r: int, pos: int) -> int:
@@ -55,7 +56,7 @@ class VllmModel:
                 pos.append(p)
                 req.append(r)
                 slot.append(self.slot(r, p))
-        rows.append(np.zeros(2 * D, np.float32))
+        rows.append(np.zeros(2 * self.d, np.float32))
         pos.append(0)
         req.append(0)
         slot.append(-1)
@@ -68,8 +69,8 @@ class VllmModel:
             if slot[t] < 0 or (only is not None and not only[t]):
                 continue
             blk, off = divmod(int(slot[t]), self.b)
-            self.state[blk, off, :D] = rows[t, :D]
-            self.state[blk, off, D:] = rows[t, D:] + self.ape[pos[t] % W]
+            self.state[blk, off, :self.d] = rows[t, :self.d]
+            self.state[blk, off, self.d:] = rows[t, self.d:] + self.ape[pos[t] % W]
 
     def windows(self, pos, req, slot):
         """t -> the float64 reference of the window that token t completes."""
@@ -153,6 +154,42 @@ def test_ring(ring: int, fw: str) -> None:
         assert state.tobytes() == m.state.tobytes()
         m.lens = seq
     assert windows >= 6
+
+
+@pytest.mark.parametrize("ring", [0, 256])
+def test_step_over_65536_tokens(ring: int, checked) -> None:
+    """A step of 71001 tokens (a 66000-token prefill, then 5000 and one padding token): save_partial_states
+    and the pooling split it into launches of at most 65536 tokens (the plans' u16 input row), cutting
+    inside a window; the state is vLLM's bit for bit and every window is the model's (head_dim 128)."""
+    d = 128
+    m = VllmModel(np.random.default_rng(5), 2, 66000, ring=ring, d=d)
+    state = m.state.copy()
+    rows, pos, req, slot, qs = m.batch(np.array([66000, 5000]))
+    out = np.full((len(pos), d), np.nan, np.float32)
+    extra = dict(kv=rows[:, :d], score=rows[:, d:], ape=m.ape, query_start_loc=qs, is_circular=True) if ring else {}
+    V.compress_norm_rope_store_cutedsl(state_cache=state, token_to_req_indices=req, positions=pos, slot_mapping=slot,
+                                       block_table=m.table, block_size=m.b, state_width=d, compress_ratio=128,
+                                       compressed_kv=out, **extra)
+    saved = slot
+    if ring:  # the ring's compress reads this step's rows from kv / score; vLLM then saves each tail
+        tail = np.array([slot[t] >= 0 and pos[t] >= [66000, 5000][req[t]] - ring for t in range(len(pos))])
+        saved = np.where(tail, slot, -1)
+    V.save_partial_states(rows[:, :d], rows[:, d:], m.ape, pos, state, saved, m.b, d, 128)
+    m.save(rows, pos, saved)
+    assert state.tobytes() == m.state.tobytes()
+    if not ring:  # main branch: the pooling reads the rows just saved
+        V.compress_norm_rope_store_cutedsl(state_cache=state, token_to_req_indices=req, positions=pos,
+                                           slot_mapping=slot, block_table=m.table, block_size=8, state_width=d,
+                                           compress_ratio=128, compressed_kv=out)
+    ref = m.windows(pos, req, slot)
+    assert len(ref) == 66000 // W + 5000 // W
+    for t in range(len(pos)):
+        if t in ref:
+            assert window_error(out[t], "f32", ref[t]) == "", f"token {t}"
+        else:
+            assert np.isnan(out[t]).all(), f"row {t} written"
+    checked(f"vLLM {'ring of 256' if ring else 'main branch'}: a step of {len(pos)} tokens in launches of at most "
+            f"65536; state bit for bit, {len(ref)} windows within SPEC 8")
 
 
 def test_refusals() -> None:
