@@ -863,8 +863,8 @@ static void prefill_entry_case(const instance_entry *e, backend be, entry_case k
    CPU and PDL on the GPU; FP8 with 1 entry a page, the plans' own rows, a middle group (whole
    windows where it holds a window's splits, DESIGN 11.3); whole windows in groups of one window
    (8 blocks of 64 channels) and of 24 blocks' worth (at head_dim 512 three windows a block and
-   a last block of two), BF16 and FP8. Each case whose group is not
-   1 also runs with group 1 and must write the same bytes. */
+   a last block of two), BF16 and FP8. Each case whose group is not 1 also runs with group 1 and
+   must write the same bytes. */
 static void decode_entry_cases(const instance_entry *e, backend be) {
   const int cpu = be == BACKEND_CPU;
   decode_entry_case(e, be, (entry_case){FP8, 2, 8, 1, 0, 0, 1.0f, 0});

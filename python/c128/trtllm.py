@@ -164,9 +164,9 @@ def _diagnosis(q: Any, s: Any, tables: Any, pages: int, page_size: int) -> Optio
         first = start[b] // WINDOW * WINDOW if s[b] // WINDOW > start[b] // WINDOW else start[b]
         for name, table in tables:
             row = np.asarray(table[b])
-            for column in range(int(first // page_size), int((s[b] - 1) // page_size) + 1):
-                block = int(row[column]) if column < row.shape[0] else None
-                if block is None or not 0 <= block < pages:
+            for column in range(int(first // page_size), int((s[b] - 1) // page_size) + 1):  # kv_lens <= its columns
+                block = int(row[column])
+                if not 0 <= block < pages:
                     return (f"{name}[{b}][{column}] = {block}, but request {b} uses that block (positions "
                             f"{column * page_size}..{(column + 1) * page_size - 1}) and the planes hold {pages} pages")
     return None

@@ -275,6 +275,11 @@ def test_ragged_generation_new_tokens_per_seq(fw: str) -> None:
             wrong[1] += 1
             with pytest.raises(ValueError, match=r"^new_tokens_per_seq: new_tokens_per_seq\[1\] = "):
                 fn(*head, 4, new_tokens_per_seq=_as(fw, wrong))
+            wrong[1] = -1
+            with pytest.raises(ValueError, match=r"^new_tokens_per_seq: new_tokens_per_seq\[1\] = -1, but "):
+                fn(*head, 4, new_tokens_per_seq=_as(fw, wrong))
+            with pytest.raises(ValueError, match=r"^new_tokens_per_seq: 2 entries, but batch_size 3 needs 3"):
+                fn(*head, 4, new_tokens_per_seq=_as(fw, np.array(ext[:2], np.int32)))
             most = max(ext)
             with pytest.raises(ValueError, match=rf"^new_tokens_per_seq: new_tokens_per_seq\[\d\] = {most}, more "
                                                  rf"than next_n = {most - 1}"):
