@@ -47,6 +47,10 @@
                                        reproduces the host runner bit for bit)
      C128_EPILOGUE        TWO_WARP     the implementation's TU: C128_EPILOGUE_TWO_WARP or
                                        C128_EPILOGUE_LEGACY (block-wide butterflies, DESIGN 6.1)
+     C128_DECODE_BLOCKS   SINGLE       the implementation's TU: C128_DECODE_BLOCKS_SINGLE (a
+                                       pooled decode of one request a block runs the one-request
+                                       kernel, DESIGN 6.2) or C128_DECODE_BLOCKS_GROUPED (the
+                                       grouped kernel at every group: to measure the other)
      C128_API             extern       every TU: the storage class of public functions (extern
                                        "C" in C++, static inline with C128_STATIC); override it
                                        to add attributes, e.g. visibility for a shared library
@@ -238,6 +242,14 @@
 #endif
 #if C128_EPILOGUE != C128_EPILOGUE_TWO_WARP && C128_EPILOGUE != C128_EPILOGUE_LEGACY
 #error "c128.cuh: C128_EPILOGUE must be C128_EPILOGUE_TWO_WARP or C128_EPILOGUE_LEGACY"
+#endif
+#define C128_DECODE_BLOCKS_SINGLE 1
+#define C128_DECODE_BLOCKS_GROUPED 2
+#ifndef C128_DECODE_BLOCKS
+#define C128_DECODE_BLOCKS C128_DECODE_BLOCKS_SINGLE
+#endif
+#if C128_DECODE_BLOCKS != C128_DECODE_BLOCKS_SINGLE && C128_DECODE_BLOCKS != C128_DECODE_BLOCKS_GROUPED
+#error "c128.cuh: C128_DECODE_BLOCKS must be C128_DECODE_BLOCKS_SINGLE or C128_DECODE_BLOCKS_GROUPED"
 #endif
 
 /* Block-level constants, the same for every instance (upstream's C128Config). */
@@ -948,12 +960,14 @@ typedef struct c128__checker c128__checker; /* host runner only (>>runner) */
 /* An instance's compile-time identity; constant-folded wherever a kernel is stamped. Each
    instance has kernels for today's state layout and pooled rows (layout = entry = 0), and the
    same program for any state layout and output index (layout = 1, DESIGN 5.9) and for cache
-   entries (entry = 1, DESIGN 11): a launch picks the one its arguments need. */
+   entries (entry = 1, DESIGN 11), and today's decode for one request a block (single = 1,
+   DESIGN 6.2): a launch picks the one its arguments need. */
 typedef struct c128__trait {
   int head_dim;
   int buf, in, out; /* c128_dtype of state, input, output */
   int layout;       /* reads c128__params' layout fields; 0: they are the default and go unread */
   int entry;        /* writes cache entries: the last of a window's splits to arrive */
+  int single;       /* decode, one request a block (group 1): no list, its window in registers */
 } c128__trait;
 
 /* Kernel arguments, passed by value. plans points at the kernel's own plan kind. */
@@ -1682,6 +1696,11 @@ typedef struct c128__jobs {
 C128__FN c128__jobs c128__block_jobs(const c128__params *p, c128__trait t, int64_t block) {
   const int num_split = C128_NUM_SPLIT(t.head_dim);
   c128__jobs j;
+  if (t.single) { /* the launch has a block per request and split */
+    j.whole = 0, j.split = (int32_t)(block % num_split), j.first = (int32_t)(block / num_split);
+    j.end = j.first + 1;
+    return j;
+  }
   j.whole = t.entry && p->more->whole;
   j.split = j.whole ? 0 : (int32_t)(block % num_split);
   j.first = (int32_t)((j.whole ? block : block / num_split) * p->group);
@@ -1734,10 +1753,13 @@ C128__FN void c128__resolve_rows(const c128__params *p, const c128__window *w, i
    ext keeps the entry. listed[k] is job k's persisted row (decode; kv -1: none): on the GPU each lane holds
    its own job's (listed[0]), which the warp's writes take from that lane by shuffle; the host
    runner fills all 32 and the writes index them the same way. The host runner calls it once per
-   block: one pass stands for every warp's identical ballot. */
+   block: one pass stands for every warp's identical ballot. A one-request block (t.single) lists
+   nothing: every thread checks the one plan (a broadcast load) and keeps its window in `own`. */
 C128__FN uint32_t c128__list_windows(const c128__params *p, c128__trait t, int kind, const c128__jobs *j, int tid,
-                                     c128__block_shared *sh, c128__block_ext *ext, c128__dest *listed) {
+                                     c128__block_shared *sh, c128__block_ext *ext, c128__dest *listed,
+                                     c128__window *own) {
   int32_t position = 0;
+  if (t.single) return (uint32_t)c128__job_window(p, t, kind, j, 0, 0, own, listed, &position);
 #ifdef __CUDA_ARCH__
   const int lane = tid % C128_WARP_THREADS;
   c128__window w;
@@ -1807,9 +1829,10 @@ C128__STATIC_ASSERT(C128__ARRIVE_WARP < C128_NUM_WARPS, "a warp beside the foldi
 /* Step s >= 1 of a block with `count` items: item s - 1's loads and partials, item s - 2's fold,
    and in cache-entry kernels either (the workspace) window s - 3's arrival and, in the window's
    last block, window s - 4's staging and window s - 5's entry, or (whole windows) the entry of the
-   window whose last split item s - 3 was. In every other kernel an item is a window. */
+   window whose last split item s - 3 was. In every other kernel an item is a window. A one-request block's
+   window is `own`, not the list's. */
 C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, int step, int count, int tid,
-                                c128__block_shared *sh, c128__block_ext *ext) {
+                                c128__block_shared *sh, c128__block_ext *ext, const c128__window *own) {
   const int item = step - 1, warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
   const int whole = t.entry && p->more->whole, splits = C128_NUM_SPLIT(t.head_dim);
   /* Homogeneous instances send the window's loads out before the fold. Mixed ones fold first:
@@ -1831,7 +1854,7 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, 
   c128__rows rows;
   c128__window cur = {0, 0, 0, 0, 0}; /* in registers: reading it from shared at each use costs a spill */
   c128__dest from;                    /* the warp's first state row in each plane */
-  if (item < count) cur = sh->windows[item];
+  if (item < count) cur = t.single ? *own : sh->windows[item];
   if (t.layout && item < count) { /* a window's rows, found once for all its splits */
     const int window = whole ? item / splits : item;
     from.kv = ext->kv_row[window][warp], from.score = ext->score_row[window][warp];
@@ -1840,7 +1863,7 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, 
   }
   if (item < count && loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
   if (item >= 1 && (!t.entry || item - 1 < count)) {
-    const c128__window prev = sh->windows[item - 1];
+    const c128__window prev = t.single ? *own : sh->windows[item - 1];
     /* cache entries: the block's 64 channels, or with whole windows its split of the window's row */
     float *folded = !t.entry ? NULL
                     : whole  ? ext->y[(item - 1) / splits % 2] + prev.split * C128_TILE_DIM
@@ -1879,7 +1902,7 @@ C128__FN void c128__decode_fetch(const c128__params *p, c128__trait t, const c12
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
     const int32_t b = c128__decode_request(t, j, tid, i);
     const int64_t ch = j->whole ? c128__decode_channel(t, j, tid, i) : ch0;
-    if (b >= j->end) break;
+    if (t.single ? i > 0 || tid >= C128_WARP_THREADS : b >= j->end) break; /* one request: warp 0's */
     rows->kv[i] = c128__fetch2(p, t, (int64_t)b * row + ch);
     rows->score[i] = c128__fetch2(p, t, (int64_t)b * row + C128_SCORE_OFFSET(t.head_dim) + ch);
   }
@@ -1909,11 +1932,12 @@ C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c1
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
     const int32_t b = c128__decode_request(t, j, tid, i);
     const int64_t ch = j->whole ? c128__decode_channel(t, j, tid, i) : ch0;
-    if (b >= j->end) break;
+    if (t.single ? i > 0 || tid >= C128_WARP_THREADS : b >= j->end) break; /* one request: warp 0's */
 #ifdef __CUDA_ARCH__
     c128__dest to;
-    to.kv = __shfl_sync(C128__ALL_LANES, listed->kv, b - j->first);
-    if (t.layout) {
+    if (t.single) to = *listed; /* every lane checked the one plan */
+    else to.kv = __shfl_sync(C128__ALL_LANES, listed->kv, b - j->first);
+    if (t.layout && !t.single) {
       to.score = __shfl_sync(C128__ALL_LANES, listed->score, b - j->first);
       to.slot = __shfl_sync(C128__ALL_LANES, listed->slot, b - j->first);
     }
@@ -2229,13 +2253,14 @@ C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind,
   c128__window w = {0, 0, 0, 0, 0};
   c128__dest write_row;
   int32_t position;
-  const int runs = lane < p->group && c128__job_window(p, t, kind, j, lane, 1, &w, &write_row, &position);
+  const int job = t.single ? 0 : lane; /* a one-request block: every lane guesses the one plan */
+  const int runs = job < p->group && c128__job_window(p, t, kind, j, job, 1, &w, &write_row, &position);
   const uint32_t mask = __ballot_sync(C128__ALL_LANES, runs);
   if (!mask) return;
   const int src = __ffs(mask) - 1;
-  const int64_t state_row0 = __shfl_sync(C128__ALL_LANES, w.state_row0, src);
-  const int64_t input_row0 = __shfl_sync(C128__ALL_LANES, w.input_row0, src);
-  const int buffer_len = __shfl_sync(C128__ALL_LANES, w.buffer_len, src);
+  const int64_t state_row0 = t.single ? w.state_row0 : __shfl_sync(C128__ALL_LANES, w.state_row0, src);
+  const int64_t input_row0 = t.single ? w.input_row0 : __shfl_sync(C128__ALL_LANES, w.input_row0, src);
+  const int buffer_len = t.single ? w.buffer_len : __shfl_sync(C128__ALL_LANES, w.buffer_len, src);
   C128__UNROLL
   for (int i = 0; i < C128_WINDOW * C128__LINES_PER_ROW / C128_WARP_THREADS; ++i) {
     const int at = lane + i * C128_WARP_THREADS, row = at / C128__LINES_PER_ROW, line = at % C128__LINES_PER_ROW;
@@ -2269,17 +2294,26 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
     if (kind == C128_PLAN_DECODE && fetch_first) c128__decode_fetch(p, t, &j, tid, &rows);
   }
   c128__dest listed; /* this lane's job's persisted row */
-  const uint32_t mask = c128__list_windows(p, t, kind, &j, tid, sh, ext, &listed);
+  c128__window own;  /* a one-request block's window */
+  const uint32_t mask = c128__list_windows(p, t, kind, &j, tid, sh, ext, &listed, &own);
   if (plans_ready) c128__pdl_wait();
   if (kind == C128_PLAN_DECODE && !fetch_first) c128__decode_fetch(p, t, &j, tid, &rows);
   if (!mask && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* nothing to fold: about done */
   if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows, &listed);
+  if (t.single) { /* steps 1 and 2 of its window, if it has one */
+    if (!mask) return;
+    __syncthreads();
+    c128__window_step(p, t, kind, 1, 1, tid, sh, ext, &own);
+    __syncthreads();
+    c128__window_step(p, t, kind, 2, 1, tid, sh, ext, &own);
+    return;
+  }
   const int count = c128__block_items(t, &j, mask), steps = c128__block_steps(p, t, count);
   C128__NO_UNROLL
   for (int s = 1; s < steps; ++s) {
     if (s == count + 1 && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* the last loads are out */
     __syncthreads();
-    c128__window_step(p, t, kind, s, count, tid, sh, ext);
+    c128__window_step(p, t, kind, s, count, tid, sh, ext, NULL);
   }
 }
 
@@ -2307,13 +2341,14 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
    has no output, so no entry variants. The variants take their c128__more as a second parameter
    and have a c128__block_ext beside the block's shared memory. */
 #define C128__TRAIT(D, state, input, output, layout, entry) \
-  { D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output, layout, entry }
-#define C128__BLOCK_KERNEL(kernel, KIND, name, D, state, input, output)            \
-  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM) \
-      c128__##kernel##_kernel_##name(const c128__params p) {                       \
-    __shared__ c128__block_shared sh;                                              \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);              \
-    c128__run_block(&p, t, KIND, &sh, NULL);                                       \
+  { D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output, layout, entry, 0 }
+#define C128__BLOCK_KERNEL(kernel, KIND, name, suffix, D, state, input, output, one_request) \
+  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)           \
+      c128__##kernel##_kernel_##name##suffix(const c128__params p) {                         \
+    __shared__ c128__block_shared sh;                                                        \
+    c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                              \
+    t.single = one_request;                                                                  \
+    c128__run_block(&p, t, KIND, &sh, NULL);                                                 \
   }
 /* The legacy epilogue's cache-entry kernels of any layout spilled at two blocks an SM (sm_90):
    that build's cache-entry kernels take one. */
@@ -2346,13 +2381,14 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
     c128__run_write_block(&p, t);                                                                     \
   }
 #define C128__VARIANTS(kernel, KIND, name, D, state, input, output)                   \
-  C128__BLOCK_KERNEL(kernel, KIND, name, D, state, input, output)                     \
+  C128__BLOCK_KERNEL(kernel, KIND, name, , D, state, input, output, 0)                \
   C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout, D, state, input, output, 1, 0) \
   C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _entry, D, state, input, output, 0, 1)  \
   C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout_entry, D, state, input, output, 1, 1)
-#define C128__KERNELS(name, D, state, input, output)                          \
-  C128__VARIANTS(decode, C128_PLAN_DECODE, name, D, state, input, output)     \
-  C128__VARIANTS(compress, C128_PLAN_COMPRESS, name, D, state, input, output) \
+#define C128__KERNELS(name, D, state, input, output)                                      \
+  C128__VARIANTS(decode, C128_PLAN_DECODE, name, D, state, input, output)                 \
+  C128__VARIANTS(compress, C128_PLAN_COMPRESS, name, D, state, input, output)             \
+  C128__BLOCK_KERNEL(decode, C128_PLAN_DECODE, name, _single, D, state, input, output, 1) \
   C128__WRITE_KERNEL(name, D, state, input, output)
 C128_INSTANCES(C128__KERNELS)
 #undef C128__KERNELS
@@ -2547,7 +2583,8 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
     memset(sh, 0xFF, sizeof *sh); /* NaN: a fold that reads an unwritten partial shows it */
     memset(ext, 0xFF, sizeof *ext);
     const c128__jobs j = c128__block_jobs(&p, t, block);
-    const uint32_t mask = c128__list_windows(&p, t, kind, &j, 0, sh, ext, listed);
+    c128__window own;
+    const uint32_t mask = c128__list_windows(&p, t, kind, &j, 0, sh, ext, listed, &own);
     const int count = c128__block_items(t, &j, mask), steps = c128__block_steps(&p, t, count);
     for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
       c128__decode_rows rows;
@@ -2556,7 +2593,7 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
     }
     for (checker.phase = 1; checker.phase < steps; ++checker.phase)
       for (checker.tid = 0; checker.tid < threads; ++checker.tid)
-        c128__window_step(&p, t, kind, checker.phase, count, checker.tid, sh, ext);
+        c128__window_step(&p, t, kind, checker.phase, count, checker.tid, sh, ext, &own);
   }
   free(sh), free(ext);
   c128__checker_free(&checker);
@@ -2921,7 +2958,8 @@ static c128_status c128__pick_group(int32_t requested, int64_t jobs, c128__trait
   return C128_SUCCESS;
 }
 
-/* The trait of a launch's variant. */
+/* The trait of a launch's variant; decode's fifth kernel is today's for one request a block. */
+#define C128__SINGLE_VARIANT 4
 static c128__trait c128__variant_trait(c128__trait t, int variant) {
   t.layout = variant & 1, t.entry = variant >> 1;
   return t;
@@ -2938,11 +2976,15 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   const int variant = c128__variant(&shape, &a->entry, a->output_index);
   c128__more more;
   c128__params p = c128__decode_params(a, &shape, &more);
-  const c128__trait tv = c128__variant_trait(t, variant);
+  c128__trait tv = c128__variant_trait(t, variant);
   const void *kernel = kernels ? kernels[variant] : NULL;
   st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group);
   if (st != C128_SUCCESS) return st;
   c128__take_whole_windows(&p, &more, tv);
+  if (variant == 0 && p.group == 1 && C128_DECODE_BLOCKS == C128_DECODE_BLOCKS_SINGLE) {
+    tv.single = 1; /* one request a block: the kernel without the list (DESIGN 6.2) */
+    kernel = kernels ? kernels[C128__SINGLE_VARIANT] : NULL;
+  }
   return c128__launch_blocks(kernel, c128__grouped_blocks(a->batch, tv, &p), &p, tv, C128_PLAN_DECODE, a->pdl, stream,
                              o);
 }
@@ -2982,31 +3024,32 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
 
 /* >>dispatch ------------------------------------------------------------------------------ */
 /* The typed entry points, with their instance's kernels of every variant (c128__variant). */
-#define C128__ENTRY_POINTS(name, D, state, input, output)                                                           \
-  C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {                         \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                               \
-    const void *const kernels[4] = {                                                                                \
-        (const void *)c128__decode_kernel_##name, (const void *)c128__decode_kernel_##name##_layout,                \
-        (const void *)c128__decode_kernel_##name##_entry, (const void *)c128__decode_kernel_##name##_layout_entry}; \
-    return c128__decode_run(a, t, kernels, stream, NULL);                                                           \
-  }                                                                                                                 \
-  C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {                       \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                               \
-    const void *const compress[4] = {(const void *)c128__compress_kernel_##name,                                    \
-                                     (const void *)c128__compress_kernel_##name##_layout,                           \
-                                     (const void *)c128__compress_kernel_##name##_entry,                            \
-                                     (const void *)c128__compress_kernel_##name##_layout_entry};                    \
-    const void *const write[2] = {(const void *)c128__write_kernel_##name,                                          \
-                                  (const void *)c128__write_kernel_##name##_layout};                                \
-    return c128__prefill_run(a, t, compress, write, stream, NULL);                                                  \
-  }                                                                                                                 \
-  C128_API c128_status c128_decode_host_##name(const c128_decode_args *a, const c128_host_options *o) {             \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                               \
-    return c128__decode_run(a, t, NULL, NULL, o);                                                                   \
-  }                                                                                                                 \
-  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a, const c128_host_options *o) {           \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                               \
-    return c128__prefill_run(a, t, NULL, NULL, NULL, o);                                                            \
+#define C128__ENTRY_POINTS(name, D, state, input, output)                                                          \
+  C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {                        \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                              \
+    const void *const kernels[C128__SINGLE_VARIANT + 1] = {                                                        \
+        (const void *)c128__decode_kernel_##name, (const void *)c128__decode_kernel_##name##_layout,               \
+        (const void *)c128__decode_kernel_##name##_entry, (const void *)c128__decode_kernel_##name##_layout_entry, \
+        (const void *)c128__decode_kernel_##name##_single};                                                        \
+    return c128__decode_run(a, t, kernels, stream, NULL);                                                          \
+  }                                                                                                                \
+  C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {                      \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                              \
+    const void *const compress[4] = {(const void *)c128__compress_kernel_##name,                                   \
+                                     (const void *)c128__compress_kernel_##name##_layout,                          \
+                                     (const void *)c128__compress_kernel_##name##_entry,                           \
+                                     (const void *)c128__compress_kernel_##name##_layout_entry};                   \
+    const void *const write[2] = {(const void *)c128__write_kernel_##name,                                         \
+                                  (const void *)c128__write_kernel_##name##_layout};                               \
+    return c128__prefill_run(a, t, compress, write, stream, NULL);                                                 \
+  }                                                                                                                \
+  C128_API c128_status c128_decode_host_##name(const c128_decode_args *a, const c128_host_options *o) {            \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                              \
+    return c128__decode_run(a, t, NULL, NULL, o);                                                                  \
+  }                                                                                                                \
+  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a, const c128_host_options *o) {          \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                              \
+    return c128__prefill_run(a, t, NULL, NULL, NULL, o);                                                           \
   }
 C128_INSTANCES(C128__ENTRY_POINTS)
 #undef C128__ENTRY_POINTS
@@ -3136,7 +3179,7 @@ static c128_status c128__report(c128_plan_report *r, c128_plan_kind kind, int64_
 /* The trait of the compiled instance the arguments name, as the generic launch finds it. */
 static c128_status c128__instance_trait(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od, c128__trait *t) {
   if (c128_find_instance(head_dim, sd, id, od) < 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
-  const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od, 0, 0};
+  const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od, 0, 0, 0};
   *t = trait;
   return C128_SUCCESS;
 }

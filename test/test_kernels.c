@@ -268,8 +268,9 @@ static void decode_groups_agree(const instance_entry *e, backend be) {
   void *out = malloc(WIDE_BATCH * z.out_row);
   poison(out, WIDE_BATCH * z.out_row);
   void *state0 = clone_bytes(state, state_rows * z.state_row), *out0 = clone_bytes(out, WIDE_BATCH * z.out_row);
-  /* The reference: one request per block on the backend itself (the GPU's bits in the fast build
-     differ from the host runner's within its bound, checked against the host runner here). */
+  /* The reference: one request per block on the backend itself, which runs the one-request kernel
+     (the others run the grouped one; the GPU's bits in the fast build differ from the host
+     runner's within its bound, checked against the host runner here). */
   c128_decode_args a = decode_args(f, state, WIDE_BATCH, input, ape, out, plans, WIDE_BATCH, 1);
   cr_assert_eq(run_decode(e, be, &a, 0), C128_SUCCESS);
   if (be == BACKEND_GPU) {
