@@ -36,7 +36,8 @@
    launches (default 0: automatic); from head_dim / 64 up their blocks take whole windows.
    --sizes runs only the batch sizes and token counts listed (with --quick: those, not its own).
    --filter runs the cases whose name holds any of the substrings (layout_|entry_: only the
-   variants); the ceilings and empty launches always run.
+   variants), or is one that starts with '=' (=decode_boundary: today's pooled case alone); the
+   ceilings and empty launches always run.
    The commit is also read from $BENCH_COMMIT (the device copy of the tree may lack .git).
    Without a GPU it says so and exits with status 77; --cpu-check then builds the small cases
    in host memory and runs them through the host runner of both epilogues instead, then every
@@ -1415,12 +1416,14 @@ static int bench_size_selected(int64_t size, int decode) {
   return decode ? size == 1 || size == 128 : size == bench_tokens[0];
 }
 
-/* --filter: substrings separated by '|', any of which selects a case. */
+/* --filter: substrings separated by '|', any of which selects a case; one that starts with '='
+   selects the case of exactly that name. */
 static int bench_selected(const char *name) {
   if (!bench_opt.filter) return 1;
   for (const char *f = bench_opt.filter; *f;) {
     const size_t len = strcspn(f, "|");
-    for (const char *at = name; len && *at; ++at)
+    if (*f == '=' && len - 1 == strlen(name) && !strncmp(name, f + 1, len - 1)) return 1;
+    for (const char *at = name; len && *f != '=' && *at; ++at)
       if (!strncmp(at, f, len)) return 1;
     f += len + (f[len] == '|');
   }
