@@ -97,8 +97,9 @@
 
    KERNELS (DESIGN 6)
      Decode: ceil(batch / G) x head_dim/64 blocks of 512 threads; a block takes G <= 32 requests
-     of one 64-channel split (args.requests_per_block, or c128_decode_group_size() when 0),
-     persists their new rows and compresses their boundary windows one after another.
+     of one 64-channel split (args.requests_per_block, or c128_decode_group_size() when 0, at
+     most head_dim/64 - 1 with cache entries), persists their new rows and compresses their
+     boundary windows one after another.
      Prefill: a compress launch (ceil(num_compress / G) x head_dim/64 blocks of 512, G <= 32
      windows a block: args.windows_per_block or c128_prefill_group_size()) then a write launch
      (a warp per written row, 4 warps a block), on one stream. Results never depend on G.
@@ -2978,7 +2979,11 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   c128__params p = c128__decode_params(a, &shape, &more);
   c128__trait tv = c128__variant_trait(t, variant);
   const void *kernel = kernels ? kernels[variant] : NULL;
-  st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group);
+  /* The automatic group of a decode with entries stays below whole windows: a step's few
+     boundary requests would each fold their splits one after another in one block (DESIGN 11.3). */
+  const int32_t splits = C128_NUM_SPLIT(t.head_dim);
+  const int32_t max_group = tv.entry && splits > 1 ? splits - 1 : C128_MAX_DECODE_GROUP; /* splits <= 8 */
+  st = c128__pick_group(a->requests_per_block, a->batch, tv, max_group, kernel, &p.group);
   if (st != C128_SUCCESS) return st;
   c128__take_whole_windows(&p, &more, tv);
   if (variant == 0 && p.group == 1 && C128_DECODE_BLOCKS == C128_DECODE_BLOCKS_SINGLE) {
