@@ -97,9 +97,8 @@
 
    KERNELS (DESIGN 6)
      Decode: ceil(batch / G) x head_dim/64 blocks of 512 threads; a block takes G <= 32 requests
-     of one 64-channel split (args.requests_per_block, or c128_decode_group_size() when 0, at
-     most head_dim/64 - 1 with cache entries), persists their new rows and compresses their
-     boundary windows one after another.
+     of one 64-channel split (args.requests_per_block, or c128_decode_group_size() when 0),
+     persists their new rows and compresses their boundary windows one after another.
      Prefill: a compress launch (ceil(num_compress / G) x head_dim/64 blocks of 512, G <= 32
      windows a block: args.windows_per_block or c128_prefill_group_size()) then a write launch
      (a warp per written row, 4 warps a block), on one stream. Results never depend on G.
@@ -2933,10 +2932,11 @@ C128_API int32_t c128_prefill_group_size(int64_t num_compress, int32_t head_dim,
 
 /* Cache entries (DESIGN 11.3): a group of at least a window's splits takes whole windows, group /
    splits jobs a block with every split each, and writes each entry from the block's own shared
-   memory; smaller groups leave a window's splits to as many blocks, which meet in the workspace. */
-static void c128__take_whole_windows(c128__params *p, c128__more *m, c128__trait t) {
+   memory, where `allowed` (a decode's automatic group is not); other launches leave a window's
+   splits to as many blocks, which meet in the workspace. */
+static void c128__take_whole_windows(c128__params *p, c128__more *m, c128__trait t, int allowed) {
   const int32_t splits = C128_NUM_SPLIT(t.head_dim);
-  m->whole = t.entry && p->group >= splits;
+  m->whole = allowed && t.entry && p->group >= splits;
   if (m->whole) p->group /= splits;
 }
 
@@ -2979,13 +2979,11 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   c128__params p = c128__decode_params(a, &shape, &more);
   c128__trait tv = c128__variant_trait(t, variant);
   const void *kernel = kernels ? kernels[variant] : NULL;
-  /* The automatic group of a decode with entries stays below whole windows: a step's few
-     boundary requests would each fold their splits one after another in one block (DESIGN 11.3). */
-  const int32_t splits = C128_NUM_SPLIT(t.head_dim);
-  const int32_t max_group = tv.entry && splits > 1 ? splits - 1 : C128_MAX_DECODE_GROUP; /* splits <= 8 */
-  st = c128__pick_group(a->requests_per_block, a->batch, tv, max_group, kernel, &p.group);
+  st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group);
   if (st != C128_SUCCESS) return st;
-  c128__take_whole_windows(&p, &more, tv);
+  /* A decode with entries takes whole windows only in the caller's group: a step's few boundary
+     requests would each fold their splits one after another in one block (DESIGN 11.3). */
+  c128__take_whole_windows(&p, &more, tv, a->requests_per_block > 0);
   if (variant == 0 && p.group == 1 && C128_DECODE_BLOCKS == C128_DECODE_BLOCKS_SINGLE) {
     tv.single = 1; /* one request a block: the kernel without the list (DESIGN 6.2) */
     kernel = kernels ? kernels[C128__SINGLE_VARIANT] : NULL;
@@ -3011,7 +3009,7 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
     const void *kernel = compress_kernels ? compress_kernels[variant] : NULL;
     st = c128__pick_group(a->windows_per_block, a->num_compress, tv, C128_MAX_PREFILL_GROUP, kernel, &p.group);
     if (st != C128_SUCCESS) return st;
-    c128__take_whole_windows(&p, &more, tv);
+    c128__take_whole_windows(&p, &more, tv, 1);
     st = c128__launch_blocks(kernel, c128__grouped_blocks(a->num_compress, tv, &p), &p, tv, C128_PLAN_COMPRESS, a->pdl,
                              stream, o);
   }

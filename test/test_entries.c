@@ -889,6 +889,63 @@ static void prefill_entry_cases(const instance_entry *e, backend be) {
 C128_INSTANCES(ENTRY_TESTS)
 #undef ENTRY_TESTS
 
+/* A batch whose automatic group (on 132 SMs) holds a window's splits: a decode takes whole
+   windows only in a group the caller gives (DESIGN 11.3), so these blocks meet in the workspace;
+   the entries and the state are group 1's, byte for byte, and the workspace is left zero. */
+enum { WIDE_DB = 300 };
+static void decode_entry_automatic_wide(const instance_entry *e, backend be) {
+  require_backend(be);
+  const c128_instance_info *f = e;
+  const int D = f->head_dim;
+  cr_assert_geq(c128_decode_group_size(WIDE_DB, D, 132), f->num_split, "the batch no longer reaches the splits");
+  const size_t state_row = (size_t)f->row_elems * dtype_size(f->state_dtype), state_rows = WIDE_DB * REF_WINDOW;
+  rng r = rng_fresh();
+  void *state = rows_alloc(state_rows, D, f->state_dtype), *input = rows_alloc(WIDE_DB, D, f->input_dtype);
+  rows_fill(state, state_rows, D, f->state_dtype, &r, 8.0f);
+  rows_fill(input, WIDE_DB, D, f->input_dtype, &r, 8.0f);
+  float *ape = ape_make(D, &r), *gamma = gamma_make(D, &r), *rope = rope_make();
+  c128_decode_plan plans[WIDE_DB];
+  for (int b = 0; b < WIDE_DB; ++b) { /* request b owns page b; a third at position 128's boundary */
+    const int32_t slot = b % 3 == 0 ? REF_WINDOW - 1 : b % (REF_WINDOW - 1);
+    const c128_decode_plan plan = {(uint32_t)(REF_WINDOW + slot + 1), b * REF_WINDOW + slot, b, b};
+    const c128_decode_plan padding = {0, -1, -1, -1};
+    plans[b] = b % 11 == 5 ? padding : plan;
+  }
+  void *state0 = clone_bytes(state, state_rows * state_row);
+  cache c = cache_make(D, FP8, 2, WIDE_DB / 2, &r), twin = c;
+  twin.data = clone_bytes(c.poison, c.bytes);
+  c128_decode_args a = {0};
+  a.head_dim = D;
+  a.state_dtype = f->state_dtype, a.input_dtype = f->input_dtype, a.output_dtype = f->output_dtype;
+  a.state = state, a.state_pages = WIDE_DB;
+  a.input = input, a.ape = ape;
+  a.plans = plans, a.batch = WIDE_DB;
+  a.entry = entry_of(&c, gamma, 1e-6f, rope, ROPE_ROWS, WIDE_DB);
+  cr_assert_eq(run_decode(e, be, &a, 0), C128_SUCCESS);
+  check_workspace_zero(&a.entry, "automatic group");
+  c128_decode_args one = a;
+  one.state = clone_bytes(state0, state_rows * state_row);
+  one.entry = entry_of(&twin, gamma, 1e-6f, rope, ROPE_ROWS, WIDE_DB);
+  one.requests_per_block = 1;
+  cr_assert_eq(run_decode(e, be, &one, 1), C128_SUCCESS);
+  cr_assert(memcmp(c.data, twin.data, c.bytes) == 0, "entries of the automatic group and of group 1 differ (seed %llu)",
+            (unsigned long long)r.seed);
+  check_rows_equal(state, one.state, state_rows, state_row, "state, automatic group vs 1", r.seed);
+  cr_assert(memcmp(c.data, c.poison, c.bytes) != 0, "no entry was written");
+  cr_assert(memcmp(state, state0, state_rows * state_row) != 0, "no row was persisted");
+  free(one.state), free(one.entry.workspace), free(a.entry.workspace), free(twin.data), free(state0);
+  cache_free(&c);
+  free(state), free(input), free(ape), free(gamma), free(rope);
+}
+Test(cpu, entry_decode_automatic_group_meets_in_the_workspace) {
+  decode_entry_automatic_wide(instance(C128_INSTANCE_h128_f32_f32_f32), BACKEND_CPU);
+  decode_entry_automatic_wide(instance(C128_INSTANCE_h256_bf16_f32_bf16), BACKEND_CPU);
+}
+Test(gpu, entry_decode_automatic_group_meets_in_the_workspace) {
+  decode_entry_automatic_wide(instance(C128_INSTANCE_h128_f32_f32_f32), BACKEND_GPU);
+  decode_entry_automatic_wide(instance(C128_INSTANCE_h256_bf16_f32_bf16), BACKEND_GPU);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Constructed windows                                                                      */
 /* ---------------------------------------------------------------------------------------- */
