@@ -497,9 +497,9 @@ typedef enum c128_output_kind {
    bf16 rope values at byte (head_dim + 64) * t; its scale bytes (one a block, then one 0 pad
    byte) at byte (head_dim + 64) * P + (head_dim / 64) * t. BF16 entry t: head_dim bf16 values at
    byte 2 * head_dim * t. head_dim <= 512.
-   A launch whose group (requests_per_block, windows_per_block, or the automatic one) is at least
-   head_dim / 64 gives each block whole windows, which write their entries themselves. Smaller
-   groups spread a window over head_dim / 64 blocks, which each leave their 64 pooled channels in
+   A launch whose group (requests_per_block, windows_per_block, or a prefill's automatic one; a
+   decode's automatic group never does) is at least head_dim / 64 gives each block whole windows,
+   which write their entries themselves. Other launches spread a window over head_dim / 64 blocks, which each leave their 64 pooled channels in
    the workspace; the last of them to arrive (a counter a window) writes the whole entry and sets
    the counter and the channels back to zero. So the workspace must be zero before its first
    launch (cudaMemset once), every launch of any size leaves it so, and two launches that run at
@@ -2966,6 +2966,15 @@ static c128__trait c128__variant_trait(c128__trait t, int variant) {
   return t;
 }
 
+/* The rest of a decode launch's form once its group is known: a decode with entries takes whole
+   windows only in the caller's group (`requested`), since a step's few boundary requests would
+   each fold their splits one after another in one block (DESIGN 11.3); one request a block of a
+   pooled launch on today's layout runs the one-request kernel (DESIGN 6.2). */
+static void c128__decode_form(int32_t requested, int variant, c128__params *p, c128__more *m, c128__trait *t) {
+  c128__take_whole_windows(p, m, *t, requested > 0);
+  t->single = variant == 0 && p->group == 1 && C128_DECODE_BLOCKS == C128_DECODE_BLOCKS_SINGLE;
+}
+
 /* One decode launch on the GPU (kernels: the instance's decode kernel of each variant) or the
    host runner (kernels NULL; options). */
 static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, const void *const *kernels,
@@ -2981,13 +2990,8 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   const void *kernel = kernels ? kernels[variant] : NULL;
   st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group);
   if (st != C128_SUCCESS) return st;
-  /* A decode with entries takes whole windows only in the caller's group: a step's few boundary
-     requests would each fold their splits one after another in one block (DESIGN 11.3). */
-  c128__take_whole_windows(&p, &more, tv, a->requests_per_block > 0);
-  if (variant == 0 && p.group == 1 && C128_DECODE_BLOCKS == C128_DECODE_BLOCKS_SINGLE) {
-    tv.single = 1; /* one request a block: the kernel without the list (DESIGN 6.2) */
-    kernel = kernels ? kernels[C128__SINGLE_VARIANT] : NULL;
-  }
+  c128__decode_form(a->requests_per_block, variant, &p, &more, &tv);
+  if (tv.single) kernel = kernels ? kernels[C128__SINGLE_VARIANT] : NULL;
   return c128__launch_blocks(kernel, c128__grouped_blocks(a->batch, tv, &p), &p, tv, C128_PLAN_DECODE, a->pdl, stream,
                              o);
 }
