@@ -499,8 +499,8 @@ typedef enum c128_output_kind {
    byte 2 * head_dim * t. head_dim <= 512.
    A launch whose group (requests_per_block, windows_per_block, or a prefill's automatic one; a
    decode's automatic group never does) is at least head_dim / 64 gives each block whole windows,
-   which write their entries themselves. Other launches spread a window over head_dim / 64 blocks, which each leave their 64 pooled channels in
-   the workspace; the last of them to arrive (a counter a window) writes the whole entry and sets
+   which write their entries themselves. Other launches spread a window over head_dim / 64
+   blocks, which each leave their 64 pooled channels in the workspace; the last of them to arrive (a counter a window) writes the whole entry and sets
    the counter and the channels back to zero. So the workspace must be zero before its first
    launch (cudaMemset once), every launch of any size leaves it so, and two launches that run at
    the same time need a workspace each. The entries are the same bytes either way. */
@@ -1829,8 +1829,8 @@ C128__STATIC_ASSERT(C128__ARRIVE_WARP < C128_NUM_WARPS, "a warp beside the foldi
 /* Step s >= 1 of a block with `count` items: item s - 1's loads and partials, item s - 2's fold,
    and in cache-entry kernels either (the workspace) window s - 3's arrival and, in the window's
    last block, window s - 4's staging and window s - 5's entry, or (whole windows) the entry of the
-   window whose last split item s - 3 was. In every other kernel an item is a window. A one-request block's
-   window is `own`, not the list's. */
+   window whose last split item s - 3 was. In every other kernel an item is a window. A
+   one-request block's window is `own`, not the list's. */
 C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, int step, int count, int tid,
                                 c128__block_shared *sh, c128__block_ext *ext, const c128__window *own) {
   const int item = step - 1, warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
@@ -1890,6 +1890,10 @@ C128__FN int32_t c128__decode_request(c128__trait t, const c128__jobs *j, int ti
   if (!j->whole) return j->first + tid / C128_WARP_THREADS + i * C128_NUM_WARPS;
   return j->first + (tid / C128_WARP_THREADS + i * C128_NUM_WARPS) / C128_NUM_SPLIT(t.head_dim);
 }
+/* Whether the warp's i-th item (request b) exists: in a one-request block warp 0's first alone. */
+C128__FN int c128__decode_item(c128__trait t, const c128__jobs *j, int tid, int i, int32_t b) {
+  return t.single ? i == 0 && tid < C128_WARP_THREADS : b < j->end;
+}
 C128__FN int64_t c128__decode_channel(c128__trait t, const c128__jobs *j, int tid, int i) {
   const int split = j->whole ? (tid / C128_WARP_THREADS + i * C128_NUM_WARPS) % C128_NUM_SPLIT(t.head_dim) : j->split;
   return (int64_t)split * C128_TILE_DIM + C128_TILE_ELEMS * (tid % C128_WARP_THREADS);
@@ -1902,7 +1906,7 @@ C128__FN void c128__decode_fetch(const c128__params *p, c128__trait t, const c12
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
     const int32_t b = c128__decode_request(t, j, tid, i);
     const int64_t ch = j->whole ? c128__decode_channel(t, j, tid, i) : ch0;
-    if (t.single ? i > 0 || tid >= C128_WARP_THREADS : b >= j->end) break; /* one request: warp 0's */
+    if (!c128__decode_item(t, j, tid, i, b)) break;
     rows->kv[i] = c128__fetch2(p, t, (int64_t)b * row + ch);
     rows->score[i] = c128__fetch2(p, t, (int64_t)b * row + C128_SCORE_OFFSET(t.head_dim) + ch);
   }
@@ -1932,7 +1936,7 @@ C128__FN void c128__decode_writes(const c128__params *p, c128__trait t, const c1
   for (int i = 0; i < C128__WRITES_PER_WARP; ++i) {
     const int32_t b = c128__decode_request(t, j, tid, i);
     const int64_t ch = j->whole ? c128__decode_channel(t, j, tid, i) : ch0;
-    if (t.single ? i > 0 || tid >= C128_WARP_THREADS : b >= j->end) break; /* one request: warp 0's */
+    if (!c128__decode_item(t, j, tid, i, b)) break;
 #ifdef __CUDA_ARCH__
     c128__dest to;
     if (t.single) to = *listed; /* every lane checked the one plan */
