@@ -499,11 +499,14 @@ typedef enum c128_output_kind {
    byte 2 * head_dim * t. head_dim <= 512.
    A launch whose group (requests_per_block, windows_per_block, or a prefill's automatic one; a
    decode's automatic group never does) is at least head_dim / 64 gives each block whole windows,
-   which write their entries themselves. Other launches spread a window over head_dim / 64
-   blocks, which each leave their 64 pooled channels in the workspace; the last of them to arrive (a counter a window) writes the whole entry and sets
-   the counter and the channels back to zero. So the workspace must be zero before its first
-   launch (cudaMemset once), every launch of any size leaves it so, and two launches that run at
-   the same time need a workspace each. The entries are the same bytes either way. */
+   which write their entries themselves. A decode of one request a block on today's layout, on a
+   device with thread-block clusters (sm_90 and newer), makes a window's head_dim / 64 blocks one
+   cluster, which exchange their channels in shared memory. Other launches spread a window over
+   head_dim / 64 blocks, which each leave their 64 pooled channels in the workspace; the last of
+   them to arrive (a counter a window) writes the whole entry and sets the counter and the
+   channels back to zero. So the workspace must be zero before its first launch (cudaMemset
+   once), every launch of any size leaves it so, and two launches that run at the same time need
+   a workspace each. The entries are the same bytes in every form. */
 typedef struct c128_entry_args {
   c128_output_kind kind;    /* C128_OUTPUT_POOLED (0): the fields below are not read */
   const float *norm_weight; /* gamma [head_dim], f32 */
@@ -1567,13 +1570,35 @@ C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__w
 #define C128__PARTIAL(sm, field, w, c) ((&(sm)->field[0][0].x)[(w) * C128__SMEM_FLOATS_PER_WARP + (c)])
 // clang-format on
 
+/* `v` into the float at `local`'s place in the shared memory of block `rank` of the block's
+   cluster (sm_90 and newer: the one-request cache-entry kernel, whose window's splits are one
+   cluster). The host runner keeps a cluster's blocks' c128__block_ext in one array, this block's
+   (`me`) holding `local`. */
+C128__FN void c128__cluster_put(float *local, int me, int rank, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t remote;
+  (void)me;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"((uint32_t)__cvta_generic_to_shared(local)), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+#elif defined(__CUDA_ARCH__)
+  (void)local, (void)me, (void)rank, (void)v; /* never launched below sm_90 (c128__decode_form) */
+#else
+  *(float *)((char *)local + (ptrdiff_t)(rank - me) * (ptrdiff_t)sizeof(c128__block_ext)) = v;
+#endif
+}
+
 /* A folded value: into the output row, or (cache-entry kernels) rounded to bf16, the reference's
    first step, into the block's own channels in shared memory (`mine`), which c128__arrive
-   copies to the workspace. */
+   copies to the workspace; a one-request block also puts it into the window's row in each of
+   its cluster's other blocks, at the same place. */
 C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c128__window *w, int c, float v,
                                  float *mine) {
   if (t.entry) {
     mine[c] = c128__widen_bf16(c128__narrow_bf16(v));
+    for (int rank = 0; t.single && rank < C128_NUM_SPLIT(t.head_dim); ++rank)
+      if (rank != w->split) c128__cluster_put(mine + c, w->split, rank, mine[c]);
     return;
   }
   c128__store1(p, p->output, w->out_row * t.head_dim + (int64_t)w->split * C128_TILE_DIM + c, t.out, v);
@@ -1759,7 +1784,11 @@ C128__FN uint32_t c128__list_windows(const c128__params *p, c128__trait t, int k
                                      c128__block_shared *sh, c128__block_ext *ext, c128__dest *listed,
                                      c128__window *own) {
   int32_t position = 0;
-  if (t.single) return (uint32_t)c128__job_window(p, t, kind, j, 0, 0, own, listed, &position);
+  if (t.single) {
+    const int runs = c128__job_window(p, t, kind, j, 0, 0, own, listed, &position);
+    if (t.entry && runs && tid == 0) ext->entry[0] = own->out_row, ext->position[0] = position;
+    return (uint32_t)runs;
+  }
 #ifdef __CUDA_ARCH__
   const int lane = tid % C128_WARP_THREADS;
   c128__window w;
@@ -1808,10 +1837,13 @@ C128__FN int c128__block_items(c128__trait t, const c128__jobs *j, uint32_t mask
 
 /* Steps of a block with `items` to compress: the list alone, or the list, one step per item and
    the last fold; in cache-entry kernels also the last window's arrival, staging and entry, or
-   with whole windows its entry alone. */
+   with whole windows or one request a block (a cluster) its entry alone. */
 C128__FN int c128__block_steps(const c128__params *p, c128__trait t, int items) {
-  return items ? items + (!t.entry ? 2 : p->more->whole ? 3 : 5) : 1;
+  return items ? items + (!t.entry ? 2 : p->more->whole || t.single ? 3 : 5) : 1;
 }
+
+/* Blocks a cluster: a one-request cache-entry launch's window splits (DESIGN 11.3), else 1. */
+C128__FN int c128__cluster_blocks(c128__trait t) { return t.single && t.entry ? C128_NUM_SPLIT(t.head_dim) : 1; }
 
 C128__FN void c128__arrive(const c128__params *p, c128__trait t, const c128__block_shared *sh, c128__block_ext *ext,
                            int e, int lane);
@@ -1829,8 +1861,9 @@ C128__STATIC_ASSERT(C128__ARRIVE_WARP < C128_NUM_WARPS, "a warp beside the foldi
 /* Step s >= 1 of a block with `count` items: item s - 1's loads and partials, item s - 2's fold,
    and in cache-entry kernels either (the workspace) window s - 3's arrival and, in the window's
    last block, window s - 4's staging and window s - 5's entry, or (whole windows) the entry of the
-   window whose last split item s - 3 was. In every other kernel an item is a window. A
-   one-request block's window is `own`, not the list's. */
+   window whose last split item s - 3 was, or (one request a block) in step 3 its split of the
+   entry, its cluster's blocks having put their splits into its row in step 2. In every other
+   kernel an item is a window. A one-request block's window is `own`, not the list's. */
 C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, int step, int count, int tid,
                                 c128__block_shared *sh, c128__block_ext *ext, const c128__window *own) {
   const int item = step - 1, warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
@@ -1844,6 +1877,8 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, 
   if (whole) {
     if (entry_warp && item >= 2 && item - 2 < count && (item - 2) % splits == splits - 1)
       c128__write_entry(p, t, ext, (item - 2) / splits, warp - C128__ENTRY_WARP, lane);
+  } else if (t.single) {
+    if (t.entry && warp == C128__ENTRY_WARP && item == 2) c128__write_entry(p, t, ext, 0, own->split, lane);
   } else if (t.entry) {
     if (warp == C128__ARRIVE_WARP && item >= 2 && item - 2 < count) c128__arrive(p, t, sh, ext, item - 2, lane);
     if (entry_warp && item >= 4 && item - 4 < count && ext->last[item - 4])
@@ -1864,10 +1899,11 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, 
   if (item < count && loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
   if (item >= 1 && (!t.entry || item - 1 < count)) {
     const c128__window prev = t.single ? *own : sh->windows[item - 1];
-    /* cache entries: the block's 64 channels, or with whole windows its split of the window's row */
-    float *folded = !t.entry ? NULL
-                    : whole  ? ext->y[(item - 1) / splits % 2] + prev.split * C128_TILE_DIM
-                             : ext->mine[(item - 1) % 2];
+    /* cache entries: the block's 64 channels, or with whole windows or one request a block its
+       split of the window's row */
+    float *folded = !t.entry            ? NULL
+                    : whole || t.single ? ext->y[(item - 1) / splits % 2] + prev.split * C128_TILE_DIM
+                                        : ext->mine[(item - 1) % 2];
     c128__fold(p, t, &prev, tid, &sh->fold[(item - 1) % 2], folded);
   }
   if (item < count && !loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
@@ -2219,6 +2255,23 @@ C128__DEVICE void c128__pdl_trigger(void) {
 #endif
 }
 
+/* The cluster barrier of the one-request cache-entry kernel (sm_90 and newer), in two halves:
+   every thread arrives (`release`: its earlier stores, c128__cluster_put's included, become
+   visible to the cluster) and later waits for every thread of the cluster to have arrived. */
+C128__DEVICE void c128__cluster_arrive(int release) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (release) asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  else asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#else
+  (void)release;
+#endif
+}
+C128__DEVICE void c128__cluster_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
 #define C128__LINE_BYTES 128 /* an L2 cache line */
 C128__DEVICE void c128__prefetch_line(const void *at) { asm volatile("prefetch.global.L2 [%0];" ::"l"(at)); }
 C128__DEVICE void c128__prefetch_l2(const void *base, int64_t elem, int dtype, int line) {
@@ -2291,7 +2344,7 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
      spilled, as did reading early in the latter). One call of the list: two spilled the kernels
      of any layout. */
   const int plans_ready = p->pdl == C128_PDL_PLANS_READY && (!t.layout || t.buf == t.in); /* mixed ones spilled */
-  const int fetch_first = !t.entry && !plans_ready && (!t.layout || t.buf == t.in);
+  const int fetch_first = (t.single ? 1 : !t.entry) && !plans_ready && (!t.layout || t.buf == t.in);
   c128__decode_rows rows;
   if (!plans_ready) {
     c128__pdl_wait();
@@ -2304,12 +2357,20 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
   if (kind == C128_PLAN_DECODE && !fetch_first) c128__decode_fetch(p, t, &j, tid, &rows);
   if (!mask && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* nothing to fold: about done */
   if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows, &listed);
-  if (t.single) { /* steps 1 and 2 of its window, if it has one */
+  /* A one-request block: steps 1 and 2 of its window, if it has one, and with cache entries step
+     3. A block without a window returns: the window's other splits read the same plan. */
+  if (t.single) {
     if (!mask) return;
+    if (t.entry) c128__cluster_arrive(0); /* every block of the cluster runs before the first put */
     __syncthreads();
     c128__window_step(p, t, kind, 1, 1, tid, sh, ext, &own);
     __syncthreads();
+    if (t.entry) c128__cluster_wait();
     c128__window_step(p, t, kind, 2, 1, tid, sh, ext, &own);
+    if (!t.entry) return;
+    c128__cluster_arrive(1); /* this block's puts are done; past the wait, every put into it is */
+    c128__cluster_wait();
+    c128__window_step(p, t, kind, 3, 1, tid, sh, ext, &own);
     return;
   }
   const int count = c128__block_items(t, &j, mask), steps = c128__block_steps(p, t, count);
@@ -2361,15 +2422,16 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
 #else
 #define C128__BLOCKS_PER_SM_OF(entry) C128_BLOCKS_PER_SM
 #endif
-#define C128__BLOCK_KERNEL_MORE(kernel, KIND, name, suffix, D, state, input, output, layout, entry) \
-  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128__BLOCKS_PER_SM_OF(entry))       \
-      c128__##kernel##_kernel_##name##suffix(const c128__params given, const c128__more more) {     \
-    __shared__ c128__block_shared sh;                                                               \
-    __shared__ c128__block_ext ext;                                                                 \
-    c128__params p = given;                                                                         \
-    p.more = &more;                                                                                 \
-    const c128__trait t = C128__TRAIT(D, state, input, output, layout, entry);                      \
-    c128__run_block(&p, t, KIND, &sh, &ext);                                                        \
+#define C128__BLOCK_KERNEL_MORE(kernel, KIND, name, suffix, D, state, input, output, layout, entry, one_request) \
+  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128__BLOCKS_PER_SM_OF(entry))                    \
+      c128__##kernel##_kernel_##name##suffix(const c128__params given, const c128__more more) {                  \
+    __shared__ c128__block_shared sh;                                                                            \
+    __shared__ c128__block_ext ext;                                                                              \
+    c128__params p = given;                                                                                      \
+    p.more = &more;                                                                                              \
+    c128__trait t = C128__TRAIT(D, state, input, output, layout, entry);                                         \
+    t.single = one_request;                                                                                      \
+    c128__run_block(&p, t, KIND, &sh, &ext);                                                                     \
   }
 #define C128__WRITE_KERNEL(name, D, state, input, output)                                             \
   static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM)        \
@@ -2384,15 +2446,16 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
     const c128__trait t = C128__TRAIT(D, state, input, output, 1, 0);                                 \
     c128__run_write_block(&p, t);                                                                     \
   }
-#define C128__VARIANTS(kernel, KIND, name, D, state, input, output)                   \
-  C128__BLOCK_KERNEL(kernel, KIND, name, , D, state, input, output, 0)                \
-  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout, D, state, input, output, 1, 0) \
-  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _entry, D, state, input, output, 0, 1)  \
-  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout_entry, D, state, input, output, 1, 1)
-#define C128__KERNELS(name, D, state, input, output)                                      \
-  C128__VARIANTS(decode, C128_PLAN_DECODE, name, D, state, input, output)                 \
-  C128__VARIANTS(compress, C128_PLAN_COMPRESS, name, D, state, input, output)             \
-  C128__BLOCK_KERNEL(decode, C128_PLAN_DECODE, name, _single, D, state, input, output, 1) \
+#define C128__VARIANTS(kernel, KIND, name, D, state, input, output)                      \
+  C128__BLOCK_KERNEL(kernel, KIND, name, , D, state, input, output, 0)                   \
+  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout, D, state, input, output, 1, 0, 0) \
+  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _entry, D, state, input, output, 0, 1, 0)  \
+  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout_entry, D, state, input, output, 1, 1, 0)
+#define C128__KERNELS(name, D, state, input, output)                                                       \
+  C128__VARIANTS(decode, C128_PLAN_DECODE, name, D, state, input, output)                                  \
+  C128__VARIANTS(compress, C128_PLAN_COMPRESS, name, D, state, input, output)                              \
+  C128__BLOCK_KERNEL(decode, C128_PLAN_DECODE, name, _single, D, state, input, output, 1)                  \
+  C128__BLOCK_KERNEL_MORE(decode, C128_PLAN_DECODE, name, _single_entry, D, state, input, output, 0, 1, 1) \
   C128__WRITE_KERNEL(name, D, state, input, output)
 C128_INSTANCES(C128__KERNELS)
 #undef C128__KERNELS
@@ -2569,35 +2632,53 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
   }
   const int threads = kind == C128_PLAN_WRITE ? C128_WRITE_BLOCK_THREADS : C128_BLOCK_THREADS;
   const int reverse = o && o->reverse_blocks;
-  c128__block_shared *sh = (c128__block_shared *)malloc(sizeof *sh);
-  c128__block_ext *ext = (c128__block_ext *)malloc(sizeof *ext);
+  /* A cluster's blocks (c128__cluster_blocks) run step by step together: step s of each, then
+     step s + 1, as the cluster barrier between the steps of a one-request cache-entry block
+     orders them; every other launch has clusters of one block. */
+  const int cluster = kind == C128_PLAN_WRITE ? 1 : c128__cluster_blocks(t);
+  c128__block_shared *sh = (c128__block_shared *)malloc(cluster * sizeof *sh);
+  c128__block_ext *ext = (c128__block_ext *)malloc(cluster * sizeof *ext);
   c128__dest listed[C128__MAX_GROUP];
+  c128__window own[C128_MAX_ENTRY_SPLITS];
+  int count[C128_MAX_ENTRY_SPLITS], steps[C128_MAX_ENTRY_SPLITS];
   if (!sh || !ext) checker.out_of_memory = 1;
-  for (int64_t i = 0; i < blocks && !checker.out_of_memory; ++i) {
-    const int64_t block = reverse ? blocks - 1 - i : i;
-    checker.block = (int32_t)block;
-    checker.phase = 0;
-    if (kind == C128_PLAN_WRITE) {
-      for (checker.tid = 0; checker.tid < threads; ++checker.tid) {
-        const int64_t index = block * C128_WRITE_WARPS + checker.tid / C128_WARP_THREADS;
-        if (index < p.num_plans) c128__write_row(&p, t, index, checker.tid % C128_WARP_THREADS);
+  for (int64_t i = 0; i < blocks && !checker.out_of_memory; i += cluster) {
+    const int64_t first = reverse ? blocks - cluster - i : i;
+    int last_step = 0;
+    for (int n = 0; n < cluster; ++n) {            /* step 0: the list, and in decode the new rows */
+      const int k = reverse ? cluster - 1 - n : n; /* the block's rank in its cluster */
+      const int64_t block = first + k;
+      checker.block = (int32_t)block;
+      checker.phase = 0;
+      if (kind == C128_PLAN_WRITE) {
+        for (checker.tid = 0; checker.tid < threads; ++checker.tid) {
+          const int64_t index = block * C128_WRITE_WARPS + checker.tid / C128_WARP_THREADS;
+          if (index < p.num_plans) c128__write_row(&p, t, index, checker.tid % C128_WARP_THREADS);
+        }
+        steps[k] = 0;
+        continue;
       }
-      continue;
+      memset(&sh[k], 0xFF, sizeof sh[k]); /* NaN: a fold that reads an unwritten partial shows it */
+      memset(&ext[k], 0xFF, sizeof ext[k]);
+      const c128__jobs j = c128__block_jobs(&p, t, block);
+      const uint32_t mask = c128__list_windows(&p, t, kind, &j, 0, &sh[k], &ext[k], listed, &own[k]);
+      count[k] = c128__block_items(t, &j, mask), steps[k] = c128__block_steps(&p, t, count[k]);
+      last_step = steps[k] > last_step ? steps[k] : last_step;
+      for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
+        c128__decode_rows rows;
+        c128__decode_fetch(&p, t, &j, checker.tid, &rows);
+        c128__decode_writes(&p, t, &j, checker.tid, &rows, listed);
+      }
     }
-    memset(sh, 0xFF, sizeof *sh); /* NaN: a fold that reads an unwritten partial shows it */
-    memset(ext, 0xFF, sizeof *ext);
-    const c128__jobs j = c128__block_jobs(&p, t, block);
-    c128__window own;
-    const uint32_t mask = c128__list_windows(&p, t, kind, &j, 0, sh, ext, listed, &own);
-    const int count = c128__block_items(t, &j, mask), steps = c128__block_steps(&p, t, count);
-    for (checker.tid = 0; kind == C128_PLAN_DECODE && checker.tid < threads; ++checker.tid) {
-      c128__decode_rows rows;
-      c128__decode_fetch(&p, t, &j, checker.tid, &rows);
-      c128__decode_writes(&p, t, &j, checker.tid, &rows, listed);
-    }
-    for (checker.phase = 1; checker.phase < steps; ++checker.phase)
-      for (checker.tid = 0; checker.tid < threads; ++checker.tid)
-        c128__window_step(&p, t, kind, checker.phase, count, checker.tid, sh, ext, &own);
+    for (int s = 1; s < last_step; ++s)
+      for (int n = 0; n < cluster; ++n) {
+        const int k = reverse ? cluster - 1 - n : n;
+        if (s >= steps[k]) continue;
+        checker.block = (int32_t)(first + k);
+        checker.phase = s;
+        for (checker.tid = 0; checker.tid < threads; ++checker.tid)
+          c128__window_step(&p, t, kind, s, count[k], checker.tid, &sh[k], &ext[k], &own[k]);
+      }
   }
   free(sh), free(ext);
   c128__checker_free(&checker);
@@ -2881,17 +2962,22 @@ static int64_t c128__write_blocks(int64_t num_write) { /* a warp per write plan 
   return (num_write + C128_WRITE_WARPS - 1) / C128_WRITE_WARPS;
 }
 
+/* `cluster`: blocks a cluster (1: none; blocks is a multiple of it). */
 static c128_status c128__launch(const void *kernel, int64_t blocks, int threads, int32_t pdl, cudaStream_t stream,
-                                const void *params /* the kernel's by-value argument */, const c128__more *more) {
+                                const void *params /* the kernel's by-value argument */, const c128__more *more,
+                                int cluster) {
   cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = pdl != 0;
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = pdl != 0;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = (unsigned)cluster, attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = 1;
   config.gridDim = dim3((unsigned)blocks, 1, 1);
   config.blockDim = dim3((unsigned)threads, 1, 1);
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = cluster > 1 ? 2 : 1;
   void *args[2] = {(void *)params, (void *)more}; /* kernels of a layout or with entries take the second */
   return cudaLaunchKernelExC(&config, kernel, args) == cudaSuccess ? C128_SUCCESS : C128_ERROR_LAUNCH_FAILED;
 }
@@ -2906,7 +2992,7 @@ static int c128__variant(const c128__shape_of *shape, const c128_entry_args *e, 
 static c128_status c128__launch_blocks(const void *kernel, int64_t blocks, const c128__params *p, c128__trait t,
                                        int kind, int32_t pdl, cudaStream_t stream, const c128_host_options *o) {
   if (!kernel) return c128__run_host(*p, t, kind, blocks, o);
-  return c128__launch(kernel, blocks, C128_BLOCK_THREADS, pdl, stream, p, p->more);
+  return c128__launch(kernel, blocks, C128_BLOCK_THREADS, pdl, stream, p, p->more, c128__cluster_blocks(t));
 }
 
 /* A block compresses its windows one after another, so with every window present a group of g
@@ -2963,20 +3049,31 @@ static c128_status c128__pick_group(int32_t requested, int64_t jobs, c128__trait
   return C128_SUCCESS;
 }
 
-/* The trait of a launch's variant; decode's fifth kernel is today's for one request a block. */
+/* The trait of a launch's variant; decode's fifth and sixth kernels are today's layout for one
+   request a block, pooled and with cache entries. */
 #define C128__SINGLE_VARIANT 4
 static c128__trait c128__variant_trait(c128__trait t, int variant) {
   t.layout = variant & 1, t.entry = variant >> 1;
   return t;
 }
 
+/* Whether the launch's device runs thread-block clusters (sm_90 and newer); the host runner does. */
+static int c128__runs_clusters(const void *kernel) {
+  int device = 0, yes = 0;
+  return !kernel || (cudaGetDevice(&device) == cudaSuccess &&
+                     cudaDeviceGetAttribute(&yes, cudaDevAttrClusterLaunch, device) == cudaSuccess && yes);
+}
+
 /* The rest of a decode launch's form once its group is known: a decode with entries takes whole
    windows only in the caller's group (`requested`), since a step's few boundary requests would
-   each fold their splits one after another in one block (DESIGN 11.3); one request a block of a
-   pooled launch on today's layout runs the one-request kernel (DESIGN 6.2). */
-static void c128__decode_form(int32_t requested, int variant, c128__params *p, c128__more *m, c128__trait *t) {
+   each fold their splits one after another in one block (DESIGN 11.3); one request a block on
+   today's layout runs the one-request kernel (DESIGN 6.2), pooled, or with entries where the
+   device runs clusters (`clusters`: a window's splits meet in distributed shared memory). */
+static void c128__decode_form(int32_t requested, int variant, int clusters, c128__params *p, c128__more *m,
+                              c128__trait *t) {
   c128__take_whole_windows(p, m, *t, requested > 0);
-  t->single = variant == 0 && p->group == 1 && C128_DECODE_BLOCKS == C128_DECODE_BLOCKS_SINGLE;
+  t->single = p->group == 1 && !m->whole && (variant == 0 || (variant == 2 && clusters)) &&
+              C128_DECODE_BLOCKS == C128_DECODE_BLOCKS_SINGLE;
 }
 
 /* One decode launch on the GPU (kernels: the instance's decode kernel of each variant) or the
@@ -2994,8 +3091,9 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   const void *kernel = kernels ? kernels[variant] : NULL;
   st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group);
   if (st != C128_SUCCESS) return st;
-  c128__decode_form(a->requests_per_block, variant, &p, &more, &tv);
-  if (tv.single) kernel = kernels ? kernels[C128__SINGLE_VARIANT] : NULL;
+  const int clusters = variant == 2 && p.group == 1 && c128__runs_clusters(kernel);
+  c128__decode_form(a->requests_per_block, variant, clusters, &p, &more, &tv);
+  if (tv.single) kernel = kernels ? kernels[C128__SINGLE_VARIANT + tv.entry] : NULL;
   return c128__launch_blocks(kernel, c128__grouped_blocks(a->batch, tv, &p), &p, tv, C128_PLAN_DECODE, a->pdl, stream,
                              o);
 }
@@ -3027,7 +3125,7 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
     const c128__params p = c128__prefill_params(a, C128_PLAN_WRITE, &shape, &more);
     const int64_t blocks = c128__write_blocks(a->num_write);
     st = write_kernels
-             ? c128__launch(write_kernels[shape.layout], blocks, C128_WRITE_BLOCK_THREADS, a->pdl, stream, &p, &more)
+             ? c128__launch(write_kernels[shape.layout], blocks, C128_WRITE_BLOCK_THREADS, a->pdl, stream, &p, &more, 1)
              : c128__run_host(p, c128__variant_trait(t, shape.layout), C128_PLAN_WRITE, blocks, o);
   }
   return st;
@@ -3035,32 +3133,32 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
 
 /* >>dispatch ------------------------------------------------------------------------------ */
 /* The typed entry points, with their instance's kernels of every variant (c128__variant). */
-#define C128__ENTRY_POINTS(name, D, state, input, output)                                                          \
-  C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {                        \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                              \
-    const void *const kernels[C128__SINGLE_VARIANT + 1] = {                                                        \
-        (const void *)c128__decode_kernel_##name, (const void *)c128__decode_kernel_##name##_layout,               \
-        (const void *)c128__decode_kernel_##name##_entry, (const void *)c128__decode_kernel_##name##_layout_entry, \
-        (const void *)c128__decode_kernel_##name##_single};                                                        \
-    return c128__decode_run(a, t, kernels, stream, NULL);                                                          \
-  }                                                                                                                \
-  C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {                      \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                              \
-    const void *const compress[4] = {(const void *)c128__compress_kernel_##name,                                   \
-                                     (const void *)c128__compress_kernel_##name##_layout,                          \
-                                     (const void *)c128__compress_kernel_##name##_entry,                           \
-                                     (const void *)c128__compress_kernel_##name##_layout_entry};                   \
-    const void *const write[2] = {(const void *)c128__write_kernel_##name,                                         \
-                                  (const void *)c128__write_kernel_##name##_layout};                               \
-    return c128__prefill_run(a, t, compress, write, stream, NULL);                                                 \
-  }                                                                                                                \
-  C128_API c128_status c128_decode_host_##name(const c128_decode_args *a, const c128_host_options *o) {            \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                              \
-    return c128__decode_run(a, t, NULL, NULL, o);                                                                  \
-  }                                                                                                                \
-  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a, const c128_host_options *o) {          \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                              \
-    return c128__prefill_run(a, t, NULL, NULL, NULL, o);                                                           \
+#define C128__ENTRY_POINTS(name, D, state, input, output)                                                            \
+  C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {                          \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                \
+    const void *const kernels[C128__SINGLE_VARIANT + 2] = {                                                          \
+        (const void *)c128__decode_kernel_##name,          (const void *)c128__decode_kernel_##name##_layout,        \
+        (const void *)c128__decode_kernel_##name##_entry,  (const void *)c128__decode_kernel_##name##_layout_entry,  \
+        (const void *)c128__decode_kernel_##name##_single, (const void *)c128__decode_kernel_##name##_single_entry}; \
+    return c128__decode_run(a, t, kernels, stream, NULL);                                                            \
+  }                                                                                                                  \
+  C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {                        \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                \
+    const void *const compress[4] = {(const void *)c128__compress_kernel_##name,                                     \
+                                     (const void *)c128__compress_kernel_##name##_layout,                            \
+                                     (const void *)c128__compress_kernel_##name##_entry,                             \
+                                     (const void *)c128__compress_kernel_##name##_layout_entry};                     \
+    const void *const write[2] = {(const void *)c128__write_kernel_##name,                                           \
+                                  (const void *)c128__write_kernel_##name##_layout};                                 \
+    return c128__prefill_run(a, t, compress, write, stream, NULL);                                                   \
+  }                                                                                                                  \
+  C128_API c128_status c128_decode_host_##name(const c128_decode_args *a, const c128_host_options *o) {              \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                \
+    return c128__decode_run(a, t, NULL, NULL, o);                                                                    \
+  }                                                                                                                  \
+  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a, const c128_host_options *o) {            \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                \
+    return c128__prefill_run(a, t, NULL, NULL, NULL, o);                                                             \
   }
 C128_INSTANCES(C128__ENTRY_POINTS)
 #undef C128__ENTRY_POINTS
@@ -4328,7 +4426,7 @@ static c128_status c128__plan_refuse(const c128_device_plan_args *a, c128_status
                  ? a->counts
                  : NULL;
   /* Without PDL: the kernel does not wait, and a predecessor may still read status or counts. */
-  if (on_device) (void)c128__launch((const void *)c128__plan_refused_kernel, 1, 1, 0, stream, &r, NULL);
+  if (on_device) (void)c128__launch((const void *)c128__plan_refused_kernel, 1, 1, 0, stream, &r, NULL, 1);
   else c128__write_refusal(&r);
   return st;
 }
@@ -4352,10 +4450,10 @@ static c128_status c128__plan_device(const c128_device_plan_args *a, int decode,
     return C128_SUCCESS;
   }
   c128_status launched =
-      c128__launch((const void *)c128__plan_count_kernel, 1, C128__PLAN_THREADS, a->pdl, stream, &p, NULL);
+      c128__launch((const void *)c128__plan_count_kernel, 1, C128__PLAN_THREADS, a->pdl, stream, &p, NULL, 1);
   if (launched == C128_SUCCESS && slots > 0)
     launched = c128__launch((const void *)c128__plan_emit_kernel, (slots + C128__PLAN_THREADS - 1) / C128__PLAN_THREADS,
-                            C128__PLAN_THREADS, a->pdl, stream, &p, NULL);
+                            C128__PLAN_THREADS, a->pdl, stream, &p, NULL, 1);
   return launched;
 }
 
