@@ -2342,8 +2342,11 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
      the wait, before the list, so that their loads overlap the plans' (cache-entry kernels and
      mixed-dtype kernels of any layout fetch after it: their look-ups beside the rows in flight
      spilled, as did reading early in the latter). One call of the list: two spilled the kernels
-     of any layout. */
-  const int plans_ready = p->pdl == C128_PDL_PLANS_READY && (!t.layout || t.buf == t.in); /* mixed ones spilled */
+     of any layout. A cluster's blocks read their plan after the wait whatever the promise: they
+     must agree on it (one that returns for want of a window would no longer take its peers'
+     puts), and after the wait no kernel in the stream still writes it. */
+  const int plans_ready = p->pdl == C128_PDL_PLANS_READY && (!t.layout || t.buf == t.in) && /* mixed ones spilled */
+                          c128__cluster_blocks(t) == 1;
   const int fetch_first = (t.single ? 1 : !t.entry) && !plans_ready && (!t.layout || t.buf == t.in);
   c128__decode_rows rows;
   if (!plans_ready) {
