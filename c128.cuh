@@ -971,6 +971,7 @@ typedef struct c128__trait {
   int layout;       /* reads c128__params' layout fields; 0: they are the default and go unread */
   int entry;        /* writes cache entries: the last of a window's splits to arrive */
   int single;       /* decode, one request a block (group 1): no list, its window in registers */
+  int cluster;      /* cache entries: a group's blocks (one a split) form a cluster (DESIGN 11.3) */
 } c128__trait;
 
 /* Kernel arguments, passed by value. plans points at the kernel's own plan kind. */
@@ -1437,7 +1438,9 @@ typedef struct c128__rows {
    hold a multiple of 8 rows); in cache-entry kernels the window's cache entry and position (its
    c128__window.out_row is then the job, its row of the workspace), whether this block was the
    last of its splits to arrive; for the last two folded windows the block's own 64 channels,
-   and for the last two staged ones the whole pooled vector. */
+   and for the last two staged ones the whole pooled vector (with whole windows the last two
+   windows' rows); in a cluster's block every listed window's row, as bf16 bits (its values are
+   bf16, and floats would pass the 48 KiB of static shared memory a block may have). */
 #define C128__ENTRY_FLOATS (C128_MAX_ENTRY_SPLITS * C128_TILE_DIM)
 typedef struct c128__block_ext {
   int64_t kv_row[C128__MAX_GROUP][C128_NUM_WARPS], score_row[C128__MAX_GROUP][C128_NUM_WARPS];
@@ -1445,6 +1448,7 @@ typedef struct c128__block_ext {
   int32_t position[C128__MAX_GROUP], last[C128__MAX_GROUP];
   float mine[2][C128_TILE_DIM];
   float y[2][C128__ENTRY_FLOATS];
+  uint16_t rows[C128_MAX_ENTRY_SPLITS - 1][C128__ENTRY_FLOATS]; /* a cluster's block: a window's, bf16 bits */
 } c128__block_ext;
 
 /* Warp w loads window rows 8w .. 8w+7, lane l channels 2l, 2l+1 of the split. Row j < buffer_len
@@ -1570,35 +1574,40 @@ C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__w
 #define C128__PARTIAL(sm, field, w, c) ((&(sm)->field[0][0].x)[(w) * C128__SMEM_FLOATS_PER_WARP + (c)])
 // clang-format on
 
-/* `v` into the float at `local`'s place in the shared memory of block `rank` of the block's
-   cluster (sm_90 and newer: the one-request cache-entry kernel, whose window's splits are one
-   cluster). The host runner keeps a cluster's blocks' c128__block_ext in one array, this block's
-   (`me`) holding `local`. */
-C128__FN void c128__cluster_put(float *local, int me, int rank, float v) {
+/* `v` into the 16 bits at `local`'s place in the shared memory of block `rank` of the block's
+   cluster (sm_90 and newer: cache entries in clusters, whose window's splits are one cluster).
+   The host runner keeps a cluster's blocks' c128__block_ext in one array, this block's (`me`)
+   holding `local`. */
+C128__FN void c128__cluster_put(uint16_t *local, int me, int rank, uint16_t v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t remote;
   (void)me;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
                : "=r"(remote)
                : "r"((uint32_t)__cvta_generic_to_shared(local)), "r"(rank));
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+  asm volatile("st.shared::cluster.u16 [%0], %1;" ::"r"(remote), "h"(v) : "memory");
 #elif defined(__CUDA_ARCH__)
-  (void)local, (void)me, (void)rank, (void)v; /* never launched below sm_90 (c128__decode_form) */
+  (void)local, (void)me, (void)rank, (void)v; /* never launched below sm_90 (c128__runs_clusters) */
 #else
-  *(float *)((char *)local + (ptrdiff_t)(rank - me) * (ptrdiff_t)sizeof(c128__block_ext)) = v;
+  *(uint16_t *)((char *)local + (ptrdiff_t)(rank - me) * (ptrdiff_t)sizeof(c128__block_ext)) = v;
 #endif
 }
 
 /* A folded value: into the output row, or (cache-entry kernels) rounded to bf16, the reference's
-   first step, into the block's own channels in shared memory (`mine`), which c128__arrive
-   copies to the workspace; a one-request block also puts it into the window's row in each of
-   its cluster's other blocks, at the same place. */
+   first step, into the block's own channels in shared memory (`folded`: floats, which
+   c128__arrive copies to the workspace, or a cluster's block's bf16 row of the window, which it
+   also puts into the row of each other block of its cluster, at the same place). */
 C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c128__window *w, int c, float v,
-                                 float *mine) {
+                                 void *folded) {
+  if (t.entry && (t.single || t.cluster)) {
+    uint16_t *row = (uint16_t *)folded;
+    row[c] = (uint16_t)c128__narrow_bf16(v);
+    for (int rank = 0; rank < C128_NUM_SPLIT(t.head_dim); ++rank)
+      if (rank != w->split) c128__cluster_put(row + c, w->split, rank, row[c]);
+    return;
+  }
   if (t.entry) {
-    mine[c] = c128__widen_bf16(c128__narrow_bf16(v));
-    for (int rank = 0; t.single && rank < C128_NUM_SPLIT(t.head_dim); ++rank)
-      if (rank != w->split) c128__cluster_put(mine + c, w->split, rank, mine[c]);
+    ((float *)folded)[c] = c128__widen_bf16(c128__narrow_bf16(v));
     return;
   }
   c128__store1(p, p->output, w->out_row * t.head_dim + (int64_t)w->split * C128_TILE_DIM + c, t.out, v);
@@ -1606,7 +1615,7 @@ C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c12
 
 /* Two-warp epilogue: thread t < 64 folds the 16 partials of channel t in registers. */
 C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                                  const c128__smem *sm, float *mine) {
+                                  const c128__smem *sm, void *mine) {
   if (tid >= C128_TILE_DIM) return;
   float m[C128_NUM_WARPS];
   float big = -INFINITY;
@@ -1654,7 +1663,7 @@ C128__FN float c128__butterfly16(float own, const float *lanes, int is_max, int 
 /* Legacy epilogue: all 512 threads in 2 passes; each half-warp owns one channel, its 16 lanes
    hold the 16 warps' partials; every lane stores the result. */
 C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__trait t, const c128__window *w, int tid,
-                                                   const c128__smem *sm, float *mine) {
+                                                   const c128__smem *sm, void *mine) {
   const int src = tid % C128__HALF_WARP, half = tid / C128__HALF_WARP;
   const int halves = C128_BLOCK_THREADS / C128__HALF_WARP;
   float lanes_m[C128__HALF_WARP], lanes_s[C128__HALF_WARP], lanes_p[C128__HALF_WARP]; /* host replay only */
@@ -1687,7 +1696,7 @@ C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__
 }
 
 C128__FN void c128__fold(const c128__params *p, c128__trait t, const c128__window *w, int tid, const c128__smem *sm,
-                         float *mine) {
+                         void *mine) {
 #if C128_EPILOGUE == C128_EPILOGUE_LEGACY
   c128__fold_legacy(p, t, w, tid, sm, mine);
 #else
@@ -1839,11 +1848,13 @@ C128__FN int c128__block_items(c128__trait t, const c128__jobs *j, uint32_t mask
    the last fold; in cache-entry kernels also the last window's arrival, staging and entry, or
    with whole windows or one request a block (a cluster) its entry alone. */
 C128__FN int c128__block_steps(const c128__params *p, c128__trait t, int items) {
-  return items ? items + (!t.entry ? 2 : p->more->whole || t.single ? 3 : 5) : 1;
+  return items ? items + (!t.entry ? 2 : p->more->whole || t.single || t.cluster ? 3 : 5) : 1;
 }
 
 /* Blocks a cluster: a one-request cache-entry launch's window splits (DESIGN 11.3), else 1. */
-C128__FN int c128__cluster_blocks(c128__trait t) { return t.single && t.entry ? C128_NUM_SPLIT(t.head_dim) : 1; }
+C128__FN int c128__cluster_blocks(c128__trait t) {
+  return (t.single || t.cluster) && t.entry ? C128_NUM_SPLIT(t.head_dim) : 1;
+}
 
 C128__FN void c128__arrive(const c128__params *p, c128__trait t, const c128__block_shared *sh, c128__block_ext *ext,
                            int e, int lane);
@@ -1861,9 +1872,10 @@ C128__STATIC_ASSERT(C128__ARRIVE_WARP < C128_NUM_WARPS, "a warp beside the foldi
 /* Step s >= 1 of a block with `count` items: item s - 1's loads and partials, item s - 2's fold,
    and in cache-entry kernels either (the workspace) window s - 3's arrival and, in the window's
    last block, window s - 4's staging and window s - 5's entry, or (whole windows) the entry of the
-   window whose last split item s - 3 was, or (one request a block) in step 3 its split of the
-   entry, its cluster's blocks having put their splits into its row in step 2. In every other
-   kernel an item is a window. A one-request block's window is `own`, not the list's. */
+   window whose last split item s - 3 was, or (a cluster's block: one request a block, or a
+   group) in step count + 2 its split of each window's entry, the cluster's blocks having put
+   their splits into its rows as they folded. In every other kernel an item is a window. A
+   one-request block's window is `own`, not the list's. */
 C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, int step, int count, int tid,
                                 c128__block_shared *sh, c128__block_ext *ext, const c128__window *own) {
   const int item = step - 1, warp = tid / C128_WARP_THREADS, lane = tid % C128_WARP_THREADS;
@@ -1877,8 +1889,10 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, 
   if (whole) {
     if (entry_warp && item >= 2 && item - 2 < count && (item - 2) % splits == splits - 1)
       c128__write_entry(p, t, ext, (item - 2) / splits, warp - C128__ENTRY_WARP, lane);
-  } else if (t.single) {
-    if (t.entry && warp == C128__ENTRY_WARP && item == 2) c128__write_entry(p, t, ext, 0, own->split, lane);
+  } else if (t.single || t.cluster) { /* past the cluster barrier, warp 2 + e writes window e's split */
+    const int e = warp - C128__ENTRY_WARP;
+    if (t.entry && e >= 0 && e < count && item == count + 1)
+      c128__write_entry(p, t, ext, e, t.single ? own->split : sh->windows[e].split, lane);
   } else if (t.entry) {
     if (warp == C128__ARRIVE_WARP && item >= 2 && item - 2 < count) c128__arrive(p, t, sh, ext, item - 2, lane);
     if (entry_warp && item >= 4 && item - 4 < count && ext->last[item - 4])
@@ -1899,11 +1913,12 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, 
   if (item < count && loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
   if (item >= 1 && (!t.entry || item - 1 < count)) {
     const c128__window prev = t.single ? *own : sh->windows[item - 1];
-    /* cache entries: the block's 64 channels, or with whole windows or one request a block its
-       split of the window's row */
-    float *folded = !t.entry            ? NULL
-                    : whole || t.single ? ext->y[(item - 1) / splits % 2] + prev.split * C128_TILE_DIM
-                                        : ext->mine[(item - 1) % 2];
+    /* cache entries: the block's 64 channels, or its split of the window's row: with whole windows
+       two rows in turn, in a cluster's block one a window */
+    void *folded = !t.entry                ? NULL
+                   : t.single || t.cluster ? (void *)(ext->rows[item - 1] + prev.split * C128_TILE_DIM)
+                   : whole                 ? (void *)(ext->y[(item - 1) / splits % 2] + prev.split * C128_TILE_DIM)
+                                           : (void *)ext->mine[(item - 1) % 2];
     c128__fold(p, t, &prev, tid, &sh->fold[(item - 1) % 2], folded);
   }
   if (item < count && !loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
@@ -2171,18 +2186,28 @@ C128__FN void c128__store_bytes(const c128__params *p, char *at, uint32_t bits, 
 #endif
 }
 
+/* A window's pooled row, bf16-rounded: floats, or (a cluster's block) bf16 bits. */
+typedef struct c128__entry_row {
+  const float *f32;
+  const uint16_t *bf16;
+} c128__entry_row;
+C128__FN float c128__row_at(c128__entry_row y, int c) { return y.bf16 ? c128__widen_bf16(y.bf16[c]) : y.f32[c]; }
+
 /* Lane l's sum of squares of the window's channels l, l + 32, ... (ascending). */
-C128__FN float c128__lane_squares(const float *y, int head_dim, int lane) {
+C128__FN float c128__lane_squares(c128__entry_row y, int head_dim, int lane) {
   float sum = 0.0f;
-  for (int c = lane; c < head_dim; c += C128_WARP_THREADS) sum = c128__add(sum, c128__mul(y[c], y[c]));
+  for (int c = lane; c < head_dim; c += C128_WARP_THREADS) {
+    const float b = c128__row_at(y, c);
+    sum = c128__add(sum, c128__mul(b, b));
+  }
   return sum;
 }
 /* Channel c of the normalised window: z = bf16(gamma_c * (b_c * r)). */
-C128__FN float c128__entry_z(const c128__params *p, const float *y, float r, int c) {
-  return c128__widen_bf16(c128__narrow_bf16(c128__mul(p->more->gamma[c], c128__mul(y[c], r))));
+C128__FN float c128__entry_z(const c128__params *p, c128__entry_row y, float r, int c) {
+  return c128__widen_bf16(c128__narrow_bf16(c128__mul(p->more->gamma[c], c128__mul(c128__row_at(y, c), r))));
 }
 /* Lane l's largest |z| of channels base + 2l, base + 2l + 1. */
-C128__FN float c128__lane_amax(const c128__params *p, const float *y, float r, int base, int lane) {
+C128__FN float c128__lane_amax(const c128__params *p, c128__entry_row y, float r, int base, int lane) {
   const int c = base + C128_TILE_ELEMS * lane;
   return c128__max_either(fabsf(c128__entry_z(p, y, r, c)), fabsf(c128__entry_z(p, y, r, c + 1)));
 }
@@ -2191,7 +2216,9 @@ C128__FN float c128__lane_amax(const c128__params *p, const float *y, float r, i
 C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128__block_ext *ext, int e, int split,
                                 int lane) {
   const int D = t.head_dim, splits = C128_NUM_SPLIT(t.head_dim), fp8 = p->more->entry_kind == C128_OUTPUT_DSV4_FP8;
-  const float *y = ext->y[e % 2];
+  c128__entry_row y = {NULL, NULL};
+  if (t.single || t.cluster) y.bf16 = ext->rows[e];
+  else y.f32 = ext->y[e % 2];
   float lanes[C128_WARP_THREADS]; /* the host runner's replay of the reductions */
 #ifndef __CUDA_ARCH__
   for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_squares(y, D, l);
@@ -2377,10 +2404,15 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
     return;
   }
   const int count = c128__block_items(t, &j, mask), steps = c128__block_steps(p, t, count);
+  /* A cluster's block puts each fold into its peers' rows (from step 2) and writes the entries
+     past a cluster barrier (step count + 2), as the one-request block above does. */
+  if (t.cluster && mask) c128__cluster_arrive(0);
   C128__NO_UNROLL
   for (int s = 1; s < steps; ++s) {
     if (s == count + 1 && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* the last loads are out */
-    __syncthreads();
+    if (t.cluster && s == count + 2) c128__cluster_arrive(1), c128__cluster_wait();
+    else __syncthreads();
+    if (t.cluster && s == 2) c128__cluster_wait();
     c128__window_step(p, t, kind, s, count, tid, sh, ext, NULL);
   }
 }
@@ -2404,12 +2436,18 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
   if (runs) c128__write_row(p, t, index, lane);
 }
 
+/* A kernel's form (c128__trait.single, .cluster). */
+#define C128__FORM_GROUPED 0
+#define C128__FORM_SINGLE 1
+#define C128__FORM_CLUSTER 2
 /* An instance's kernels, for each variant of c128__trait: today's layout with pooled rows (no
-   suffix), any layout (_layout), cache entries (_entry), both (_layout_entry); the write kernel
-   has no output, so no entry variants. The variants take their c128__more as a second parameter
-   and have a c128__block_ext beside the block's shared memory. */
+   suffix), any layout (_layout), cache entries (_entry), both (_layout_entry), and cache entries
+   on today's layout whose window splits form a cluster (_cluster_entry; a decode's one-request
+   kernels are _single and _single_entry); the write kernel has no output, so no entry variants.
+   The variants take their c128__more as a second parameter and have a c128__block_ext beside the
+   block's shared memory. */
 #define C128__TRAIT(D, state, input, output, layout, entry) \
-  { D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output, layout, entry, 0 }
+  { D, C128__DTYPE_##state, C128__DTYPE_##input, C128__DTYPE_##output, layout, entry, 0, 0 }
 #define C128__BLOCK_KERNEL(kernel, KIND, name, suffix, D, state, input, output, one_request) \
   static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128_BLOCKS_PER_SM)           \
       c128__##kernel##_kernel_##name##suffix(const c128__params p) {                         \
@@ -2425,16 +2463,16 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
 #else
 #define C128__BLOCKS_PER_SM_OF(entry) C128_BLOCKS_PER_SM
 #endif
-#define C128__BLOCK_KERNEL_MORE(kernel, KIND, name, suffix, D, state, input, output, layout, entry, one_request) \
-  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128__BLOCKS_PER_SM_OF(entry))                    \
-      c128__##kernel##_kernel_##name##suffix(const c128__params given, const c128__more more) {                  \
-    __shared__ c128__block_shared sh;                                                                            \
-    __shared__ c128__block_ext ext;                                                                              \
-    c128__params p = given;                                                                                      \
-    p.more = &more;                                                                                              \
-    c128__trait t = C128__TRAIT(D, state, input, output, layout, entry);                                         \
-    t.single = one_request;                                                                                      \
-    c128__run_block(&p, t, KIND, &sh, &ext);                                                                     \
+#define C128__BLOCK_KERNEL_MORE(kernel, KIND, name, suffix, D, state, input, output, layout, entry, form) \
+  static __global__ void __launch_bounds__(C128_BLOCK_THREADS, C128__BLOCKS_PER_SM_OF(entry))             \
+      c128__##kernel##_kernel_##name##suffix(const c128__params given, const c128__more more) {           \
+    __shared__ c128__block_shared sh;                                                                     \
+    __shared__ c128__block_ext ext;                                                                       \
+    c128__params p = given;                                                                               \
+    p.more = &more;                                                                                       \
+    c128__trait t = C128__TRAIT(D, state, input, output, layout, entry);                                  \
+    t.single = (form) == C128__FORM_SINGLE, t.cluster = (form) == C128__FORM_CLUSTER;                     \
+    c128__run_block(&p, t, KIND, &sh, &ext);                                                              \
   }
 #define C128__WRITE_KERNEL(name, D, state, input, output)                                             \
   static __global__ void __launch_bounds__(C128_WRITE_BLOCK_THREADS, C128_WRITE_BLOCKS_PER_SM)        \
@@ -2449,16 +2487,18 @@ C128__DEVICE void c128__run_write_block(const c128__params *p, c128__trait t) {
     const c128__trait t = C128__TRAIT(D, state, input, output, 1, 0);                                 \
     c128__run_write_block(&p, t);                                                                     \
   }
-#define C128__VARIANTS(kernel, KIND, name, D, state, input, output)                      \
-  C128__BLOCK_KERNEL(kernel, KIND, name, , D, state, input, output, 0)                   \
-  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout, D, state, input, output, 1, 0, 0) \
-  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _entry, D, state, input, output, 0, 1, 0)  \
-  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout_entry, D, state, input, output, 1, 1, 0)
-#define C128__KERNELS(name, D, state, input, output)                                                       \
-  C128__VARIANTS(decode, C128_PLAN_DECODE, name, D, state, input, output)                                  \
-  C128__VARIANTS(compress, C128_PLAN_COMPRESS, name, D, state, input, output)                              \
-  C128__BLOCK_KERNEL(decode, C128_PLAN_DECODE, name, _single, D, state, input, output, 1)                  \
-  C128__BLOCK_KERNEL_MORE(decode, C128_PLAN_DECODE, name, _single_entry, D, state, input, output, 0, 1, 1) \
+#define C128__VARIANTS(kernel, KIND, name, D, state, input, output)                                             \
+  C128__BLOCK_KERNEL(kernel, KIND, name, , D, state, input, output, 0)                                          \
+  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout, D, state, input, output, 1, 0, C128__FORM_GROUPED)       \
+  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _entry, D, state, input, output, 0, 1, C128__FORM_GROUPED)        \
+  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _layout_entry, D, state, input, output, 1, 1, C128__FORM_GROUPED) \
+  C128__BLOCK_KERNEL_MORE(kernel, KIND, name, _cluster_entry, D, state, input, output, 0, 1, C128__FORM_CLUSTER)
+#define C128__KERNELS(name, D, state, input, output)                                                    \
+  C128__VARIANTS(decode, C128_PLAN_DECODE, name, D, state, input, output)                               \
+  C128__VARIANTS(compress, C128_PLAN_COMPRESS, name, D, state, input, output)                           \
+  C128__BLOCK_KERNEL(decode, C128_PLAN_DECODE, name, _single, D, state, input, output, 1)               \
+  C128__BLOCK_KERNEL_MORE(decode, C128_PLAN_DECODE, name, _single_entry, D, state, input, output, 0, 1, \
+                          C128__FORM_SINGLE)                                                            \
   C128__WRITE_KERNEL(name, D, state, input, output)
 C128_INSTANCES(C128__KERNELS)
 #undef C128__KERNELS
@@ -2999,21 +3039,26 @@ static c128_status c128__launch_blocks(const void *kernel, int64_t blocks, const
 }
 
 /* A block compresses its windows one after another, so with every window present a group of g
-   costs waves(blocks) * g window-times, a wave being the blocks the device runs at once (two an
-   SM); the largest g of least cost wins. Launches refuse more than INT32_MAX jobs, so larger
-   counts are costed as that many (no overflow). */
-static int32_t c128__group_size(int64_t jobs, int32_t head_dim, int32_t sm_count, int32_t max_group) {
+   costs waves(units) * g window-times, a unit being `per_group` blocks (a group's splits, or
+   their cluster) and a wave the units the device runs at once; the largest g of least cost wins.
+   Launches refuse more than INT32_MAX jobs, so larger counts are costed as that many (no
+   overflow). */
+static int32_t c128__least_cost_group(int64_t jobs, int64_t per_group, int64_t wave, int32_t max_group) {
   if (jobs <= 0) return 1;
   if (jobs > INT32_MAX) jobs = INT32_MAX;
-  const int64_t wave = (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1);
-  const int64_t splits = head_dim >= C128_TILE_DIM && head_dim <= C128_MAX_HEAD_DIM ? C128_NUM_SPLIT(head_dim) : 1;
   int32_t best = 1;
   int64_t best_cost = INT64_MAX;
   for (int32_t g = 1; g <= max_group; ++g) {
-    const int64_t blocks = (jobs / g + (jobs % g != 0)) * splits, cost = (blocks / wave + (blocks % wave != 0)) * g;
+    const int64_t units = (jobs / g + (jobs % g != 0)) * per_group, cost = (units / wave + (units % wave != 0)) * g;
     if (cost <= best_cost) best = g, best_cost = cost;
   }
   return best;
+}
+
+/* The automatic group: a wave is two blocks an SM. */
+static int32_t c128__group_size(int64_t jobs, int32_t head_dim, int32_t sm_count, int32_t max_group) {
+  const int64_t splits = head_dim >= C128_TILE_DIM && head_dim <= C128_MAX_HEAD_DIM ? C128_NUM_SPLIT(head_dim) : 1;
+  return c128__least_cost_group(jobs, splits, (int64_t)C128_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1), max_group);
 }
 
 C128_API int32_t c128_decode_group_size(int64_t batch, int32_t head_dim, int32_t sm_count) {
@@ -3053,8 +3098,11 @@ static c128_status c128__pick_group(int32_t requested, int64_t jobs, c128__trait
 }
 
 /* The trait of a launch's variant; decode's fifth and sixth kernels are today's layout for one
-   request a block, pooled and with cache entries. */
+   request a block, pooled and with cache entries, and its seventh (compress: fifth) today's
+   layout with cache entries in clusters. */
 #define C128__SINGLE_VARIANT 4
+#define C128__CLUSTER_DECODE_VARIANT 6
+#define C128__CLUSTER_COMPRESS_VARIANT 4
 static c128__trait c128__variant_trait(c128__trait t, int variant) {
   t.layout = variant & 1, t.entry = variant >> 1;
   return t;
@@ -3067,16 +3115,62 @@ static int c128__runs_clusters(const void *kernel) {
                      cudaDeviceGetAttribute(&yes, cudaDevAttrClusterLaunch, device) == cudaSuccess && yes);
 }
 
+/* Whether a launch with cache entries on today's layout (variant 2) whose blocks take fewer jobs
+   than a window has splits makes each group's splits a cluster (DESIGN 11.3). */
+static int c128__entries_in_clusters(int variant, int32_t group, c128__trait t, const void *kernel) {
+  return variant == 2 && group < C128_NUM_SPLIT(t.head_dim) && c128__runs_clusters(kernel);
+}
+
+/* The clusters of a window's splits that `kernel` runs at once on the current device, asked of the
+   runtime once a kernel and device (it is not a cheap call): a slot holds a key in its high bits
+   and the count in its low 16, in one word, so that two threads filling one slot leave one answer
+   whole (a colliding key costs a grouping, never a result). 0: not known. */
+#define C128__WAVE_SLOTS 64
+static uint64_t c128__wave_cache[C128__WAVE_SLOTS];
+static int64_t c128__cluster_wave(const void *kernel, int splits) {
+  int device = 0, clusters = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const uint64_t key =
+      ((uint64_t)(uintptr_t)kernel * 0x9E3779B97F4A7C15ull ^ (uint64_t)(device + 1) * 0xC2B2AE3D27D4EB4Full) &
+      ~(uint64_t)0xFFFF;
+  uint64_t *slot = &c128__wave_cache[(key >> 16) % C128__WAVE_SLOTS];
+  const uint64_t seen = __atomic_load_n(slot, __ATOMIC_RELAXED);
+  if ((seen & ~(uint64_t)0xFFFF) == key && (seen & 0xFFFF)) return (int64_t)(seen & 0xFFFF);
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = (unsigned)splits, attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+  config.gridDim = dim3((unsigned)splits, 1, 1);
+  config.blockDim = dim3(C128_BLOCK_THREADS, 1, 1);
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters <= 0) return 0;
+  if (clusters > 0xFFFF) clusters = 0xFFFF;
+  __atomic_store_n(slot, key | (uint64_t)clusters, __ATOMIC_RELAXED);
+  return clusters;
+}
+
+/* An automatic group in clusters: costed in the clusters the device runs at once (fewer than its
+   blocks / splits: a cluster's blocks share a GPC), below a window's splits. The host runner
+   (kernel NULL) keeps its group: results do not depend on it. */
+static void c128__cluster_group(int32_t requested, int64_t jobs, c128__trait t, const void *kernel, int32_t *group) {
+  const int splits = C128_NUM_SPLIT(t.head_dim);
+  const int64_t wave = requested > 0 || !kernel ? 0 : c128__cluster_wave(kernel, splits);
+  if (wave > 0) *group = c128__least_cost_group(jobs, 1, wave, splits - 1);
+}
+
 /* The rest of a decode launch's form once its group is known: a decode with entries takes whole
    windows only in the caller's group (`requested`), since a step's few boundary requests would
    each fold their splits one after another in one block (DESIGN 11.3); one request a block on
    today's layout runs the one-request kernel (DESIGN 6.2), pooled, or with entries where the
-   device runs clusters (`clusters`: a window's splits meet in distributed shared memory). */
+   device runs clusters (`clusters`: c128__entries_in_clusters), as do, in the grouped program,
+   entries at other groups below the splits. */
 static void c128__decode_form(int32_t requested, int variant, int clusters, c128__params *p, c128__more *m,
                               c128__trait *t) {
   c128__take_whole_windows(p, m, *t, requested > 0);
   t->single = p->group == 1 && !m->whole && (variant == 0 || (variant == 2 && clusters)) &&
               C128_DECODE_BLOCKS == C128_DECODE_BLOCKS_SINGLE;
+  t->cluster = variant == 2 && clusters && !m->whole && !t->single;
 }
 
 /* One decode launch on the GPU (kernels: the instance's decode kernel of each variant) or the
@@ -3094,9 +3188,13 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   const void *kernel = kernels ? kernels[variant] : NULL;
   st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group);
   if (st != C128_SUCCESS) return st;
-  const int clusters = variant == 2 && p.group == 1 && c128__runs_clusters(kernel);
+  const int clusters = c128__entries_in_clusters(variant, p.group, tv, kernel);
+  if (clusters)
+    c128__cluster_group(a->requests_per_block, a->batch, tv, kernels ? kernels[C128__CLUSTER_DECODE_VARIANT] : NULL,
+                        &p.group);
   c128__decode_form(a->requests_per_block, variant, clusters, &p, &more, &tv);
   if (tv.single) kernel = kernels ? kernels[C128__SINGLE_VARIANT + tv.entry] : NULL;
+  if (tv.cluster) kernel = kernels ? kernels[C128__CLUSTER_DECODE_VARIANT] : NULL;
   return c128__launch_blocks(kernel, c128__grouped_blocks(a->batch, tv, &p), &p, tv, C128_PLAN_DECODE, a->pdl, stream,
                              o);
 }
@@ -3114,11 +3212,16 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
   if (a->num_compress > 0) {
     c128__more more;
     c128__params p = c128__prefill_params(a, C128_PLAN_COMPRESS, &shape, &more);
-    const c128__trait tv = c128__variant_trait(t, variant);
+    c128__trait tv = c128__variant_trait(t, variant);
     const void *kernel = compress_kernels ? compress_kernels[variant] : NULL;
     st = c128__pick_group(a->windows_per_block, a->num_compress, tv, C128_MAX_PREFILL_GROUP, kernel, &p.group);
     if (st != C128_SUCCESS) return st;
     c128__take_whole_windows(&p, &more, tv, 1);
+    if (!more.whole && c128__entries_in_clusters(variant, p.group, tv, kernel)) { /* DESIGN 11.3 */
+      tv.cluster = 1;
+      kernel = compress_kernels ? compress_kernels[C128__CLUSTER_COMPRESS_VARIANT] : NULL;
+      c128__cluster_group(a->windows_per_block, a->num_compress, tv, kernel, &p.group);
+    }
     st = c128__launch_blocks(kernel, c128__grouped_blocks(a->num_compress, tv, &p), &p, tv, C128_PLAN_COMPRESS, a->pdl,
                              stream, o);
   }
@@ -3136,32 +3239,36 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
 
 /* >>dispatch ------------------------------------------------------------------------------ */
 /* The typed entry points, with their instance's kernels of every variant (c128__variant). */
-#define C128__ENTRY_POINTS(name, D, state, input, output)                                                            \
-  C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {                          \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                \
-    const void *const kernels[C128__SINGLE_VARIANT + 2] = {                                                          \
-        (const void *)c128__decode_kernel_##name,          (const void *)c128__decode_kernel_##name##_layout,        \
-        (const void *)c128__decode_kernel_##name##_entry,  (const void *)c128__decode_kernel_##name##_layout_entry,  \
-        (const void *)c128__decode_kernel_##name##_single, (const void *)c128__decode_kernel_##name##_single_entry}; \
-    return c128__decode_run(a, t, kernels, stream, NULL);                                                            \
-  }                                                                                                                  \
-  C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {                        \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                \
-    const void *const compress[4] = {(const void *)c128__compress_kernel_##name,                                     \
-                                     (const void *)c128__compress_kernel_##name##_layout,                            \
-                                     (const void *)c128__compress_kernel_##name##_entry,                             \
-                                     (const void *)c128__compress_kernel_##name##_layout_entry};                     \
-    const void *const write[2] = {(const void *)c128__write_kernel_##name,                                           \
-                                  (const void *)c128__write_kernel_##name##_layout};                                 \
-    return c128__prefill_run(a, t, compress, write, stream, NULL);                                                   \
-  }                                                                                                                  \
-  C128_API c128_status c128_decode_host_##name(const c128_decode_args *a, const c128_host_options *o) {              \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                \
-    return c128__decode_run(a, t, NULL, NULL, o);                                                                    \
-  }                                                                                                                  \
-  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a, const c128_host_options *o) {            \
-    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                \
-    return c128__prefill_run(a, t, NULL, NULL, NULL, o);                                                             \
+#define C128__ENTRY_POINTS(name, D, state, input, output)                                                              \
+  C128_API c128_status c128_decode_##name(const c128_decode_args *a, cudaStream_t stream) {                            \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                  \
+    const void *const kernels[C128__CLUSTER_DECODE_VARIANT + 1] = {                                                    \
+        (const void *)c128__decode_kernel_##name,                                                                      \
+        (const void *)c128__decode_kernel_##name##_layout,                                                             \
+        (const void *)c128__decode_kernel_##name##_entry,                                                              \
+        (const void *)c128__decode_kernel_##name##_layout_entry,                                                       \
+        (const void *)c128__decode_kernel_##name##_single,                                                             \
+        (const void *)c128__decode_kernel_##name##_single_entry,                                                       \
+        (const void *)c128__decode_kernel_##name##_cluster_entry};                                                     \
+    return c128__decode_run(a, t, kernels, stream, NULL);                                                              \
+  }                                                                                                                    \
+  C128_API c128_status c128_prefill_##name(const c128_prefill_args *a, cudaStream_t stream) {                          \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                  \
+    const void *const compress[C128__CLUSTER_COMPRESS_VARIANT + 1] = {                                                 \
+        (const void *)c128__compress_kernel_##name, (const void *)c128__compress_kernel_##name##_layout,               \
+        (const void *)c128__compress_kernel_##name##_entry, (const void *)c128__compress_kernel_##name##_layout_entry, \
+        (const void *)c128__compress_kernel_##name##_cluster_entry};                                                   \
+    const void *const write[2] = {(const void *)c128__write_kernel_##name,                                             \
+                                  (const void *)c128__write_kernel_##name##_layout};                                   \
+    return c128__prefill_run(a, t, compress, write, stream, NULL);                                                     \
+  }                                                                                                                    \
+  C128_API c128_status c128_decode_host_##name(const c128_decode_args *a, const c128_host_options *o) {                \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                  \
+    return c128__decode_run(a, t, NULL, NULL, o);                                                                      \
+  }                                                                                                                    \
+  C128_API c128_status c128_prefill_host_##name(const c128_prefill_args *a, const c128_host_options *o) {              \
+    const c128__trait t = C128__TRAIT(D, state, input, output, 0, 0);                                                  \
+    return c128__prefill_run(a, t, NULL, NULL, NULL, o);                                                               \
   }
 C128_INSTANCES(C128__ENTRY_POINTS)
 #undef C128__ENTRY_POINTS
@@ -3291,7 +3398,7 @@ static c128_status c128__report(c128_plan_report *r, c128_plan_kind kind, int64_
 /* The trait of the compiled instance the arguments name, as the generic launch finds it. */
 static c128_status c128__instance_trait(int32_t head_dim, c128_dtype sd, c128_dtype id, c128_dtype od, c128__trait *t) {
   if (c128_find_instance(head_dim, sd, id, od) < 0) return C128_ERROR_UNSUPPORTED_INSTANCE;
-  const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od, 0, 0, 0};
+  const c128__trait trait = {head_dim, (int)sd, (int)id, (int)od, 0, 0, 0, 0};
   *t = trait;
   return C128_SUCCESS;
 }

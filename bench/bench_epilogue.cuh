@@ -57,11 +57,12 @@ static __host__ __device__ void bench_entry_store(char *at, uint32_t bits, int b
 static __host__ __device__ void bench_entry_part(const c128_entry_args *e, const float *y, int64_t loc,
                                                  int64_t position, int split, int lane) {
   const int D = BENCH_HEAD_DIM, splits = BENCH_EPILOGUE_SPLITS, fp8 = e->kind == C128_OUTPUT_DSV4_FP8;
+  const c128__entry_row row = {y, NULL};
   float lanes[C128_WARP_THREADS]; /* the host's replay of the reductions */
 #ifndef __CUDA_ARCH__
-  for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_squares(y, D, l);
+  for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_squares(row, D, l);
 #endif
-  const float squares = c128__warp_tree(c128__lane_squares(y, D, lane), lanes, 0, lane);
+  const float squares = c128__warp_tree(c128__lane_squares(row, D, lane), lanes, 0, lane);
   const float r = c128__div(1.0f, c128__sqrt(c128__add(c128__div(squares, (float)D), e->norm_eps)));
   const int base = split * C128_TILE_DIM, c = base + C128_TILE_ELEMS * lane;
   const float z0 = bench_entry_z(e->norm_weight, y, r, c), z1 = bench_entry_z(e->norm_weight, y, r, c + 1);
