@@ -499,14 +499,14 @@ typedef enum c128_output_kind {
    byte 2 * head_dim * t. head_dim <= 512.
    A launch whose group (requests_per_block, windows_per_block, or a prefill's automatic one; a
    decode's automatic group never does) is at least head_dim / 64 gives each block whole windows,
-   which write their entries themselves. A decode of one request a block on today's layout, on a
-   device with thread-block clusters (sm_90 and newer), makes a window's head_dim / 64 blocks one
-   cluster, which exchange their channels in shared memory. Other launches spread a window over
-   head_dim / 64 blocks, which each leave their 64 pooled channels in the workspace; the last of
-   them to arrive (a counter a window) writes the whole entry and sets the counter and the
-   channels back to zero. So the workspace must be zero before its first launch (cudaMemset
-   once), every launch of any size leaves it so, and two launches that run at the same time need
-   a workspace each. The entries are the same bytes in every form. */
+   which write their entries themselves. A launch on today's layout whose group is below
+   head_dim / 64, on a device with thread-block clusters (sm_90 and newer), makes each group's
+   head_dim / 64 blocks (one a split) a cluster, which exchange their channels in shared memory.
+   Other launches spread a window over head_dim / 64 blocks, which each leave their 64 pooled
+   channels in the workspace; the last of them to arrive (a counter a window) writes the whole
+   entry and sets the counter and the channels back to zero. So the workspace must be zero before
+   its first launch (cudaMemset once), every launch of any size leaves it so, and two launches
+   that run at the same time need a workspace each. The entries are the same bytes in every form. */
 typedef struct c128_entry_args {
   c128_output_kind kind;    /* C128_OUTPUT_POOLED (0): the fields below are not read */
   const float *norm_weight; /* gamma [head_dim], f32 */
