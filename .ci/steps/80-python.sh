@@ -32,7 +32,7 @@ wheel=$(ls "$scratch"/wheel/c128-*.whl)
 extra=$("$py" -c 'import sys, zipfile; print(" ".join(n for n in zipfile.ZipFile(sys.argv[1]).namelist()
     if not n.startswith(("c128/", "c128-"))))' "$wheel")
 [ -z "$extra" ] || fail "the wheel holds more than the package: $extra"
-q "$py" -m pip install -q "${settings[@]}" .
+q "$py" -m pip install -q "$wheel" # the wheel just built: a second build from source took minutes
 where=$(cd "$scratch" && "$py" -c 'import c128; print(c128.library_path())')
 [[ $where == "$venv/"* ]] || fail "import c128 loads $where, not the installed package"
 (cd "$repo" && env -u C128_LIBRARY -u PYTHONPATH "$py" -m pytest -q) >"$scratch/pytest.log" 2>&1 ||
