@@ -1587,7 +1587,7 @@ C128__FN void c128__cluster_put(uint16_t *local, int me, int rank, uint16_t v) {
                : "r"((uint32_t)__cvta_generic_to_shared(local)), "r"(rank));
   asm volatile("st.shared::cluster.u16 [%0], %1;" ::"r"(remote), "h"(v) : "memory");
 #elif defined(__CUDA_ARCH__)
-  (void)local, (void)me, (void)rank, (void)v; /* never launched below sm_90 (c128__runs_clusters) */
+  (void)local, (void)me, (void)rank, (void)v; /* never launched: c128__cluster_wave */
 #else
   *(uint16_t *)((char *)local + (ptrdiff_t)(rank - me) * (ptrdiff_t)sizeof(c128__block_ext)) = v;
 #endif
@@ -3108,34 +3108,27 @@ static c128__trait c128__variant_trait(c128__trait t, int variant) {
   return t;
 }
 
-/* Whether the launch's device runs thread-block clusters (sm_90 and newer); the host runner does. */
-static int c128__runs_clusters(const void *kernel) {
-  int device = 0, yes = 0;
-  return !kernel || (cudaGetDevice(&device) == cudaSuccess &&
-                     cudaDeviceGetAttribute(&yes, cudaDevAttrClusterLaunch, device) == cudaSuccess && yes);
-}
-
-/* Whether a launch with cache entries on today's layout (variant 2) whose blocks take fewer jobs
-   than a window has splits makes each group's splits a cluster (DESIGN 11.3). */
-static int c128__entries_in_clusters(int variant, int32_t group, c128__trait t, const void *kernel) {
-  return variant == 2 && group < C128_NUM_SPLIT(t.head_dim) && c128__runs_clusters(kernel);
-}
-
-/* The clusters of a window's splits that `kernel` runs at once on the current device, asked of the
-   runtime once a kernel and device (it is not a cheap call): a slot holds a key in its high bits
-   and the count in its low 16, in one word, so that two threads filling one slot leave one answer
-   whole (a colliding key costs a grouping, never a result). 0: not known. */
+/* The clusters of a window's splits that the cluster kernel `kernel` runs at once on the current
+   device, or 0 where it runs none: a device without cluster launches (below sm_90), or machine
+   code built below sm_90 (a PTX-only build for an older architecture, JIT-compiled on a newer
+   device, has no puts or cluster barriers in it). Asked of the runtime once a kernel and device
+   (it is not a cheap call): a slot holds a key in its high bits and the answer in its low 16
+   (0xFFFF: none), in one word, so that two threads filling one slot leave one answer whole (a
+   colliding key costs a grouping or a form, never a result). */
 #define C128__WAVE_SLOTS 64
+#define C128__WAVE_NONE 0xFFFFu
 static uint64_t c128__wave_cache[C128__WAVE_SLOTS];
 static int64_t c128__cluster_wave(const void *kernel, int splits) {
-  int device = 0, clusters = 0;
+  int device = 0, launches = 0, clusters = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return 0;
   const uint64_t key =
       ((uint64_t)(uintptr_t)kernel * 0x9E3779B97F4A7C15ull ^ (uint64_t)(device + 1) * 0xC2B2AE3D27D4EB4Full) &
       ~(uint64_t)0xFFFF;
   uint64_t *slot = &c128__wave_cache[(key >> 16) % C128__WAVE_SLOTS];
   const uint64_t seen = __atomic_load_n(slot, __ATOMIC_RELAXED);
-  if ((seen & ~(uint64_t)0xFFFF) == key && (seen & 0xFFFF)) return (int64_t)(seen & 0xFFFF);
+  if ((seen & ~(uint64_t)0xFFFF) == key && (seen & 0xFFFF))
+    return (seen & 0xFFFF) == C128__WAVE_NONE ? 0 : (int64_t)(seen & 0xFFFF);
+  cudaFuncAttributes built;
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeClusterDimension;
@@ -3144,10 +3137,21 @@ static int64_t c128__cluster_wave(const void *kernel, int splits) {
   config.blockDim = dim3(C128_BLOCK_THREADS, 1, 1);
   config.attrs = &attribute;
   config.numAttrs = 1;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters <= 0) return 0;
-  if (clusters > 0xFFFF) clusters = 0xFFFF;
-  __atomic_store_n(slot, key | (uint64_t)clusters, __ATOMIC_RELAXED);
+  if (cudaDeviceGetAttribute(&launches, cudaDevAttrClusterLaunch, device) != cudaSuccess || !launches ||
+      cudaFuncGetAttributes(&built, kernel) != cudaSuccess || built.binaryVersion < 90 ||
+      cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters <= 0)
+    clusters = 0;
+  if (clusters >= (int)C128__WAVE_NONE) clusters = (int)C128__WAVE_NONE - 1;
+  __atomic_store_n(slot, key | (uint64_t)(clusters ? (unsigned)clusters : C128__WAVE_NONE), __ATOMIC_RELAXED);
   return clusters;
+}
+
+/* Whether a launch with cache entries on today's layout (variant 2) whose blocks take fewer jobs
+   than a window has splits makes each group's splits a cluster (DESIGN 11.3): where the
+   instance's cluster kernel (`cluster_kernel`; NULL: the host runner, which runs clusters) does. */
+static int c128__entries_in_clusters(int variant, int32_t group, c128__trait t, const void *cluster_kernel) {
+  if (variant != 2 || group >= C128_NUM_SPLIT(t.head_dim)) return 0;
+  return !cluster_kernel || c128__cluster_wave(cluster_kernel, C128_NUM_SPLIT(t.head_dim)) > 0;
 }
 
 /* An automatic group in clusters: costed in the clusters the device runs at once (fewer than its
@@ -3188,10 +3192,9 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   const void *kernel = kernels ? kernels[variant] : NULL;
   st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group);
   if (st != C128_SUCCESS) return st;
-  const int clusters = c128__entries_in_clusters(variant, p.group, tv, kernel);
-  if (clusters)
-    c128__cluster_group(a->requests_per_block, a->batch, tv, kernels ? kernels[C128__CLUSTER_DECODE_VARIANT] : NULL,
-                        &p.group);
+  const void *cluster_kernel = kernels ? kernels[C128__CLUSTER_DECODE_VARIANT] : NULL;
+  const int clusters = c128__entries_in_clusters(variant, p.group, tv, cluster_kernel);
+  if (clusters) c128__cluster_group(a->requests_per_block, a->batch, tv, cluster_kernel, &p.group);
   c128__decode_form(a->requests_per_block, variant, clusters, &p, &more, &tv);
   if (tv.single) kernel = kernels ? kernels[C128__SINGLE_VARIANT + tv.entry] : NULL;
   if (tv.cluster) kernel = kernels ? kernels[C128__CLUSTER_DECODE_VARIANT] : NULL;
@@ -3217,9 +3220,10 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
     st = c128__pick_group(a->windows_per_block, a->num_compress, tv, C128_MAX_PREFILL_GROUP, kernel, &p.group);
     if (st != C128_SUCCESS) return st;
     c128__take_whole_windows(&p, &more, tv, 1);
-    if (!more.whole && c128__entries_in_clusters(variant, p.group, tv, kernel)) { /* DESIGN 11.3 */
+    const void *cluster_kernel = compress_kernels ? compress_kernels[C128__CLUSTER_COMPRESS_VARIANT] : NULL;
+    if (!more.whole && c128__entries_in_clusters(variant, p.group, tv, cluster_kernel)) { /* DESIGN 11.3 */
       tv.cluster = 1;
-      kernel = compress_kernels ? compress_kernels[C128__CLUSTER_COMPRESS_VARIANT] : NULL;
+      kernel = cluster_kernel;
       c128__cluster_group(a->windows_per_block, a->num_compress, tv, kernel, &p.group);
     }
     st = c128__launch_blocks(kernel, c128__grouped_blocks(a->num_compress, tv, &p), &p, tv, C128_PLAN_COMPRESS, a->pdl,
