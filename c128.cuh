@@ -1574,6 +1574,10 @@ C128__FN void c128__partials(const c128__params *p, c128__trait t, const c128__w
 #define C128__PARTIAL(sm, field, w, c) ((&(sm)->field[0][0].x)[(w) * C128__SMEM_FLOATS_PER_WARP + (c)])
 // clang-format on
 
+/* Whether a window's splits meet in a cluster (DESIGN 11.3): cache entries in a one-request block
+   or a cluster's block. */
+C128__FN int c128__in_cluster(c128__trait t) { return t.entry && (t.single || t.cluster); }
+
 /* `v` into the 16 bits at `local`'s place in the shared memory of block `rank` of the block's
    cluster (sm_90 and newer: cache entries in clusters, whose window's splits are one cluster).
    The host runner keeps a cluster's blocks' c128__block_ext in one array, this block's (`me`)
@@ -1599,7 +1603,7 @@ C128__FN void c128__cluster_put(uint16_t *local, int me, int rank, uint16_t v) {
    also puts into the row of each other block of its cluster, at the same place). */
 C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c128__window *w, int c, float v,
                                  void *folded) {
-  if (t.entry && (t.single || t.cluster)) {
+  if (c128__in_cluster(t)) {
     uint16_t *row = (uint16_t *)folded;
     row[c] = (uint16_t)c128__narrow_bf16(v);
     for (int rank = 0; rank < C128_NUM_SPLIT(t.head_dim); ++rank)
@@ -1848,13 +1852,11 @@ C128__FN int c128__block_items(c128__trait t, const c128__jobs *j, uint32_t mask
    the last fold; in cache-entry kernels also the last window's arrival, staging and entry, or
    with whole windows or one request a block (a cluster) its entry alone. */
 C128__FN int c128__block_steps(const c128__params *p, c128__trait t, int items) {
-  return items ? items + (!t.entry ? 2 : p->more->whole || t.single || t.cluster ? 3 : 5) : 1;
+  return items ? items + (!t.entry ? 2 : p->more->whole || c128__in_cluster(t) ? 3 : 5) : 1;
 }
 
-/* Blocks a cluster: a one-request cache-entry launch's window splits (DESIGN 11.3), else 1. */
-C128__FN int c128__cluster_blocks(c128__trait t) {
-  return (t.single || t.cluster) && t.entry ? C128_NUM_SPLIT(t.head_dim) : 1;
-}
+/* Blocks a cluster: a window's splits where they meet in one (DESIGN 11.3), else 1. */
+C128__FN int c128__cluster_blocks(c128__trait t) { return c128__in_cluster(t) ? C128_NUM_SPLIT(t.head_dim) : 1; }
 
 C128__FN void c128__arrive(const c128__params *p, c128__trait t, const c128__block_shared *sh, c128__block_ext *ext,
                            int e, int lane);
@@ -1889,9 +1891,9 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, 
   if (whole) {
     if (entry_warp && item >= 2 && item - 2 < count && (item - 2) % splits == splits - 1)
       c128__write_entry(p, t, ext, (item - 2) / splits, warp - C128__ENTRY_WARP, lane);
-  } else if (t.single || t.cluster) { /* past the cluster barrier, warp 2 + e writes window e's split */
+  } else if (c128__in_cluster(t)) { /* past the cluster barrier, warp 2 + e writes window e's split */
     const int e = warp - C128__ENTRY_WARP;
-    if (t.entry && e >= 0 && e < count && item == count + 1)
+    if (e >= 0 && e < count && item == count + 1)
       c128__write_entry(p, t, ext, e, t.single ? own->split : sh->windows[e].split, lane);
   } else if (t.entry) {
     if (warp == C128__ARRIVE_WARP && item >= 2 && item - 2 < count) c128__arrive(p, t, sh, ext, item - 2, lane);
@@ -1915,10 +1917,10 @@ C128__FN void c128__window_step(const c128__params *p, c128__trait t, int kind, 
     const c128__window prev = t.single ? *own : sh->windows[item - 1];
     /* cache entries: the block's 64 channels, or its split of the window's row: with whole windows
        two rows in turn, in a cluster's block one a window */
-    void *folded = !t.entry                ? NULL
-                   : t.single || t.cluster ? (void *)(ext->rows[item - 1] + prev.split * C128_TILE_DIM)
-                   : whole                 ? (void *)(ext->y[(item - 1) / splits % 2] + prev.split * C128_TILE_DIM)
-                                           : (void *)ext->mine[(item - 1) % 2];
+    void *folded = !t.entry              ? NULL
+                   : c128__in_cluster(t) ? (void *)(ext->rows[item - 1] + prev.split * C128_TILE_DIM)
+                   : whole               ? (void *)(ext->y[(item - 1) / splits % 2] + prev.split * C128_TILE_DIM)
+                                         : (void *)ext->mine[(item - 1) % 2];
     c128__fold(p, t, &prev, tid, &sh->fold[(item - 1) % 2], folded);
   }
   if (item < count && !loads_first) c128__load_window(p, t, &cur, from, tid, &rows);
@@ -2217,7 +2219,7 @@ C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128
                                 int lane) {
   const int D = t.head_dim, splits = C128_NUM_SPLIT(t.head_dim), fp8 = p->more->entry_kind == C128_OUTPUT_DSV4_FP8;
   c128__entry_row y = {NULL, NULL};
-  if (t.single || t.cluster) y.bf16 = ext->rows[e];
+  if (c128__in_cluster(t)) y.bf16 = ext->rows[e];
   else y.f32 = ext->y[e % 2];
   float lanes[C128_WARP_THREADS]; /* the host runner's replay of the reductions */
 #ifndef __CUDA_ARCH__
@@ -2282,7 +2284,7 @@ C128__DEVICE void c128__pdl_trigger(void) {
 #endif
 }
 
-/* The cluster barrier of the one-request cache-entry kernel (sm_90 and newer), in two halves:
+/* The cluster barrier where a window's splits meet in a cluster (sm_90 and newer), in two halves:
    every thread arrives (`release`: its earlier stores, c128__cluster_put's included, become
    visible to the cluster) and later waits for every thread of the cluster to have arrived. */
 C128__DEVICE void c128__cluster_arrive(int release) {
@@ -2355,6 +2357,16 @@ C128__DEVICE void c128__prologue(const c128__params *p, c128__trait t, int kind,
   }
 }
 
+/* The barrier before step s of a block with `count` items: the block's; where a window's splits
+   meet in a cluster, before the entries' step (count + 2) the cluster's, which makes every put
+   visible (release, acquire), and before the first put (step 2) the wait for every block of the
+   cluster to have arrived on listing its windows, so that none is yet to start. */
+C128__DEVICE void c128__step_barrier(c128__trait t, int s, int count) {
+  if (c128__in_cluster(t) && s == count + 2) c128__cluster_arrive(1), c128__cluster_wait();
+  else __syncthreads();
+  if (c128__in_cluster(t) && s == 2) c128__cluster_wait();
+}
+
 /* A decode or compress block: prologue, wait, then the steps with a barrier between. `ext` (the
    layout and cache-entry kernels' shared memory beside the list) is NULL in the others. */
 C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind, c128__block_shared *sh,
@@ -2387,32 +2399,27 @@ C128__DEVICE void c128__run_block(const c128__params *p, c128__trait t, int kind
   if (kind == C128_PLAN_DECODE && !fetch_first) c128__decode_fetch(p, t, &j, tid, &rows);
   if (!mask && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* nothing to fold: about done */
   if (kind == C128_PLAN_DECODE) c128__decode_writes(p, t, &j, tid, &rows, &listed);
-  /* A one-request block: steps 1 and 2 of its window, if it has one, and with cache entries step
-     3. A block without a window returns: the window's other splits read the same plan. */
+  /* Where a window's splits meet in a cluster, a block with windows arrives once it has listed
+     them; c128__step_barrier waits for that before the first put. A block without a window
+     takes no barrier: its peers read the same plans, so none of them has one either. */
+  if (c128__in_cluster(t) && mask) c128__cluster_arrive(0);
+  /* A one-request block: steps 1 and 2 of its window, if it has one, and with cache entries 3. */
   if (t.single) {
     if (!mask) return;
-    if (t.entry) c128__cluster_arrive(0); /* every block of the cluster runs before the first put */
-    __syncthreads();
+    c128__step_barrier(t, 1, 1);
     c128__window_step(p, t, kind, 1, 1, tid, sh, ext, &own);
-    __syncthreads();
-    if (t.entry) c128__cluster_wait();
+    c128__step_barrier(t, 2, 1);
     c128__window_step(p, t, kind, 2, 1, tid, sh, ext, &own);
     if (!t.entry) return;
-    c128__cluster_arrive(1); /* this block's puts are done; past the wait, every put into it is */
-    c128__cluster_wait();
+    c128__step_barrier(t, 3, 1);
     c128__window_step(p, t, kind, 3, 1, tid, sh, ext, &own);
     return;
   }
   const int count = c128__block_items(t, &j, mask), steps = c128__block_steps(p, t, count);
-  /* A cluster's block puts each fold into its peers' rows (from step 2) and writes the entries
-     past a cluster barrier (step count + 2), as the one-request block above does. */
-  if (t.cluster && mask) c128__cluster_arrive(0);
   C128__NO_UNROLL
   for (int s = 1; s < steps; ++s) {
     if (s == count + 1 && kind == C128_PLAN_COMPRESS) c128__pdl_trigger(); /* the last loads are out */
-    if (t.cluster && s == count + 2) c128__cluster_arrive(1), c128__cluster_wait();
-    else __syncthreads();
-    if (t.cluster && s == 2) c128__cluster_wait();
+    c128__step_barrier(t, s, count);
     c128__window_step(p, t, kind, s, count, tid, sh, ext, NULL);
   }
 }
@@ -2676,8 +2683,8 @@ static c128_status c128__run_host(c128__params p, c128__trait t, int kind, int64
   const int threads = kind == C128_PLAN_WRITE ? C128_WRITE_BLOCK_THREADS : C128_BLOCK_THREADS;
   const int reverse = o && o->reverse_blocks;
   /* A cluster's blocks (c128__cluster_blocks) run step by step together: step s of each, then
-     step s + 1, as the cluster barrier between the steps of a one-request cache-entry block
-     orders them; every other launch has clusters of one block. */
+     step s + 1, as their cluster barrier before the entries' step orders them on the device;
+     every other launch has clusters of one block. */
   const int cluster = kind == C128_PLAN_WRITE ? 1 : c128__cluster_blocks(t);
   c128__block_shared *sh = (c128__block_shared *)malloc(cluster * sizeof *sh);
   c128__block_ext *ext = (c128__block_ext *)malloc(cluster * sizeof *ext);

@@ -7,10 +7,10 @@
 
 extern "C" float test_exp(float x) { return c128__exp_exact(x); }
 
-/* A decode launch's form at head_dim `D` after its group was picked (host logic: any head_dim, though
-   this copy's one instance is 128): the kernel
-   variant (layout, entry), whether the device runs clusters; whole windows, the one-request
-   kernel, entries in clusters, and the group a block takes. */
+/* A decode launch's form at head_dim `D` (host logic: any head_dim, though this copy's one instance
+   is 128) after its group was picked, from the kernel variant (layout, entry) and whether the
+   device runs clusters: whole windows, the one-request kernel, entries in clusters, and the group
+   a block takes. */
 extern "C" void test_decode_form(int D, int32_t requested, int32_t group, int layout, int entry, int clusters,
                                  int *whole, int *single, int *cluster, int32_t *block_group) {
   c128__params p;
