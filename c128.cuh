@@ -1600,13 +1600,15 @@ C128__FN void c128__cluster_put(uint16_t *local, int me, int rank, uint16_t v) {
 /* A folded value: into the output row, or (cache-entry kernels) rounded to bf16, the reference's
    first step, into the block's own channels in shared memory (`folded`: floats, which
    c128__arrive copies to the workspace, or a cluster's block's bf16 row of the window, which it
-   also puts into the row of each other block of its cluster, at the same place). */
+   also puts into the row of each other block of its cluster, at the same place). `lanes` threads
+   hold `v` (the legacy fold's half-warp, or one thread), lane `lane` of them puts it into every
+   lanes-th peer from `lane` on: one store a peer. */
 C128__FN void c128__store_output(const c128__params *p, c128__trait t, const c128__window *w, int c, float v,
-                                 void *folded) {
+                                 void *folded, int lane, int lanes) {
   if (c128__in_cluster(t)) {
     uint16_t *row = (uint16_t *)folded;
     row[c] = (uint16_t)c128__narrow_bf16(v);
-    for (int rank = 0; rank < C128_NUM_SPLIT(t.head_dim); ++rank)
+    for (int rank = lane; rank < C128_NUM_SPLIT(t.head_dim); rank += lanes)
       if (rank != w->split) c128__cluster_put(row + c, w->split, rank, row[c]);
     return;
   }
@@ -1636,7 +1638,7 @@ C128__FN void c128__fold_two_warp(const c128__params *p, c128__trait t, const c1
     denom = fmaf(C128__PARTIAL(sm, sum, i, tid), r, denom);
     numer = fmaf(C128__PARTIAL(sm, acc, i, tid), r, numer);
   }
-  c128__store_output(p, t, w, tid, c128__div(numer, denom), mine);
+  c128__store_output(p, t, w, tid, c128__div(numer, denom), mine, 0, 1);
 }
 
 /* xor-butterfly over the 16 lanes of a half-warp. The device trades registers; the host runner,
@@ -1692,7 +1694,7 @@ C128__FN C128__MAYBE_UNUSED void c128__fold_legacy(const c128__params *p, c128__
 #endif
     const float out =
         c128__butterfly16(c128__mul(C128__PARTIAL(sm, acc, src, c), c128__div(r, denom)), lanes_p, 0, src);
-    c128__store_output(p, t, w, c, out, mine);
+    c128__store_output(p, t, w, c, out, mine, src, C128__HALF_WARP);
   }
   (void)lanes_m;
   (void)lanes_s;
