@@ -86,7 +86,9 @@
      row_shift | position). vLLM: block_rows 8, its block_table, score_biased. TensorRT-LLM:
      block_rows 128 or 256, score_plane + score_block_table, score_biased. The same value goes
      into c128_ring.state_layout for the planners, which then check every block a plan uses.
-     args.output_index[r] says where the window that ends at input row r goes.
+     args.output_index[r] says where the window that ends at input row r goes. A prefill's
+     writes may come from an engine's per-token arrays instead of plans (write_slots: vLLM's
+     slot_mapping, a physical row a token; write_positions: the ape row).
 
    OUTPUTS (DESIGN 11)
      args.entry.kind C128_OUTPUT_POOLED (0): the pooled vector, output_dtype rows. DSV4_FP8 /
@@ -573,6 +575,11 @@ typedef struct c128_prefill_args {
      per-token rows are indexed; NULL = row k for compress plan k. [input_rows] */
   const int64_t *output_index;
   c128_entry_args entry;
+  /* Writes named by an engine's per-token arrays instead of write plans (vLLM's slot_mapping and
+     positions; write_plans NULL): input row t < num_write goes to PHYSICAL state row
+     write_slots[t] (block slot / B, row slot % B; negative: not written) with ape row
+     write_positions[t] mod 128 where scores are biased. [num_write] each; not on a sharded state. */
+  const int64_t *write_slots, *write_positions;
 } c128_prefill_args;
 
 /* Options of the host (CPU) runner. Zero = forward block order, no race checking. */
@@ -1006,9 +1013,10 @@ typedef struct c128__more {
   float eps;
   char *cache;
   int64_t cache_entries, rope_positions, page_bytes;
-  uint32_t *arrivals; /* the workspace: a counter a job, */
-  float *pooled;      /* then its window's pooled vector (bf16-rounded), [jobs][head_dim] */
-  int32_t whole;      /* blocks take whole windows, every split of `group` jobs (DESIGN 11.3) */
+  uint32_t *arrivals;               /* the workspace: a counter a job, */
+  float *pooled;                    /* then its window's pooled vector (bf16-rounded), [jobs][head_dim] */
+  int32_t whole;                    /* blocks take whole windows, every split of `group` jobs (DESIGN 11.3) */
+  const int64_t *slots, *positions; /* write launches: c128_prefill_args.write_slots, write_positions */
 } c128__more;
 
 static C128__MAYBE_UNUSED void c128__track(c128__checker *checker, const void *addr, int count, int elem_size,
@@ -1395,6 +1403,16 @@ C128__FN int c128__write_prepare(const c128__params *p, int64_t index, int guess
    c128__dest changed the write kernel's machine code. */
 C128__FN int c128__write_prepare_rows(const c128__params *p, int64_t index, int guess, int64_t *src_row,
                                       c128__dest *dst) {
+  if (p->more->slots) { /* an engine's per-token arrays: input row `index` to a physical row */
+    if (index >= p->input_rows) return C128__BAD_INPUT_ROW;
+    const int64_t slot = c128__read_i64(p->more->slots + index);
+    if (slot < 0) return C128__PADDING;
+    if (slot >= p->state_pages << p->more->block_shift) return C128__BAD_WRITE_PAGE;
+    *src_row = index;
+    dst->kv = dst->score = slot;
+    dst->slot = (int32_t)(c128__read_i64(p->more->positions + index) & (C128_WINDOW - 1));
+    return C128__RUN;
+  }
   c128_write_plan plan;
   c128__read_plan((const c128_write_plan *)p->plans + index, &plan, sizeof plan, guess);
   if (plan.ragged_id == C128_INVALID_ID) return C128__PADDING;
@@ -2937,17 +2955,25 @@ static c128_status c128__validate_prefill(const c128_prefill_args *a, c128__trai
   if (a->num_compress == 0 && a->num_write == 0) return C128_SUCCESS;
   const int compact = a->entry.kind == C128_OUTPUT_POOLED && !a->output_index;
   if (compact && a->output_rows < a->num_compress) return C128_ERROR_OUTPUT_TOO_SMALL;
-  if ((a->num_compress && !a->compress_plans) || (a->num_write && !a->write_plans)) return C128_ERROR_NULL_POINTER;
+  if (a->write_slots && a->write_plans) return C128_ERROR_INVALID_PLAN;             /* one source of writes */
+  if (a->write_slots && a->layout.size > 1) return C128_ERROR_INVALID_STATE_LAYOUT; /* slots are physical rows */
+  if ((a->num_compress && !a->compress_plans) || (a->num_write && !a->write_plans && !a->write_slots) ||
+      (a->write_slots && !a->write_positions))
+    return C128_ERROR_NULL_POINTER;
   if (c128__misaligned(a->compress_plans, sizeof(c128_compress_plan)) ||
-      c128__misaligned(a->write_plans, sizeof(c128_write_plan)) || c128__misaligned(a->output_index, sizeof(int64_t)))
+      c128__misaligned(a->write_plans, sizeof(c128_write_plan)) || c128__misaligned(a->output_index, sizeof(int64_t)) ||
+      c128__misaligned(a->write_slots, sizeof(int64_t)) || c128__misaligned(a->write_positions, sizeof(int64_t)))
     return C128_ERROR_MISALIGNED;
   if (!tensors) return C128_SUCCESS;
-  const c128__extent plans[2] = {{a->compress_plans, (uint64_t)a->num_compress * sizeof(c128_compress_plan)},
-                                 {a->write_plans, (uint64_t)a->num_write * sizeof(c128_write_plan)}};
+  const uint64_t slot_bytes = a->write_slots ? (uint64_t)a->num_write * sizeof(int64_t) : 0;
+  const c128__extent plans[4] = {{a->compress_plans, (uint64_t)a->num_compress * sizeof(c128_compress_plan)},
+                                 {a->write_plans, (uint64_t)a->num_write * sizeof(c128_write_plan)},
+                                 {a->write_slots, slot_bytes},
+                                 {a->write_positions, slot_bytes}};
   /* Compress plan k writes output row k without an index: rows below num_compress only. */
   return c128__check_tensors(t, shape, a->state, a->state_pages, &a->state_layout, a->input, a->input_rows, a->ape,
                              a->output, compact ? a->num_compress : a->output_rows, a->output_index, a->input_rows,
-                             &a->entry, a->num_compress, plans, 2, a->num_write > 0);
+                             &a->entry, a->num_compress, plans, 4, a->num_write > 0);
 }
 
 static c128__params c128__base_params(void *state, int64_t state_pages, const void *input, int64_t input_rows,
@@ -3007,7 +3033,14 @@ static c128__params c128__prefill_params(const c128_prefill_args *a, int kind, c
   p.plans = kind == C128_PLAN_COMPRESS ? (const void *)a->compress_plans : (const void *)a->write_plans;
   p.num_plans = kind == C128_PLAN_COMPRESS ? a->num_compress : a->num_write;
   c128__set_workspace(m, &a->entry, a->num_compress);
+  if (kind == C128_PLAN_WRITE) m->slots = a->write_slots, m->positions = a->write_positions;
   return p;
+}
+
+/* The write kernel stores no output: its variant is the state layout's alone, and the kernels of
+   any layout's where per-token slots name the rows. */
+static int c128__write_variant(const c128_prefill_args *a, const c128__shape_of *shape) {
+  return shape->layout || a->write_slots != NULL;
 }
 
 static int64_t c128__write_blocks(int64_t num_write) { /* a warp per write plan */
@@ -3239,13 +3272,13 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
                              stream, o);
   }
   if (st == C128_SUCCESS && a->num_write > 0) {
-    /* the write kernel stores no output: its variant is the state layout's alone */
     c128__more more;
     const c128__params p = c128__prefill_params(a, C128_PLAN_WRITE, &shape, &more);
     const int64_t blocks = c128__write_blocks(a->num_write);
+    const int writes = c128__write_variant(a, &shape);
     st = write_kernels
-             ? c128__launch(write_kernels[shape.layout], blocks, C128_WRITE_BLOCK_THREADS, a->pdl, stream, &p, &more, 1)
-             : c128__run_host(p, c128__variant_trait(t, shape.layout), C128_PLAN_WRITE, blocks, o);
+             ? c128__launch(write_kernels[writes], blocks, C128_WRITE_BLOCK_THREADS, a->pdl, stream, &p, &more, 1)
+             : c128__run_host(p, c128__variant_trait(t, writes), C128_PLAN_WRITE, blocks, o);
   }
   return st;
 }
@@ -3611,7 +3644,7 @@ C128_API c128_status c128_check_prefill_plans(const c128_prefill_args *a, c128_p
   if (st == C128_SUCCESS) st = c128__validate_prefill(a, t, 0, &shape);
   if (st != C128_SUCCESS) return st;
   const c128__trait tc = c128__variant_trait(t, c128__variant(&shape, &a->entry, a->output_index));
-  const c128__trait tw = c128__variant_trait(t, shape.layout);
+  const c128__trait tw = c128__variant_trait(t, c128__write_variant(a, &shape));
   c128__more more;
   const c128__params pc = c128__prefill_params(a, C128_PLAN_COMPRESS, &shape, &more),
                      pw = c128__prefill_params(a, C128_PLAN_WRITE, &shape, &more);

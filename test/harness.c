@@ -179,7 +179,7 @@ c128_host_options cpu_options(int reverse, char *msg, size_t size) {
 /* The GPU backend's device copies of one call: uploaded, run on, brought back, freed. */
 typedef struct mirror {
   cudaStream_t stream;
-  void *state, *output, *input, *ape, *plans[2];
+  void *state, *output, *input, *ape, *plans[4]; /* decode; compress, write, write slots and positions */
   size_t state_bytes, output_bytes;
   c128_state_layout layout; /* the state layout with its score plane and block tables on the device */
   const int64_t *index;     /* output_index on the device */
@@ -225,7 +225,8 @@ static c128_status mirror_down(mirror *m, c128_status st, void *state, void *out
   CUDA_OK(cudaMemcpy(output, m->output, m->output_bytes, cudaMemcpyDeviceToHost));
   if (l->score_plane)
     CUDA_OK(cudaMemcpy(l->score_plane, m->layout.score_plane, m->state_bytes, cudaMemcpyDeviceToHost));
-  void *all[] = {m->state, m->output, m->input, m->ape, m->plans[0], m->plans[1], m->layout.score_plane};
+  void *all[] = {
+      m->state, m->output, m->input, m->ape, m->plans[0], m->plans[1], m->plans[2], m->plans[3], m->layout.score_plane};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) cudaFree(all[i]);
   if (m->layout.block_table != l->block_table) cudaFree((void *)m->layout.block_table);
   if (m->layout.score_block_table != l->score_block_table && m->layout.score_block_table != m->layout.block_table)
@@ -290,9 +291,12 @@ c128_status run_prefill(const instance_entry *e, backend be, const c128_prefill_
                        &h->state_layout, h->output_index, h->output_index ? h->input_rows : 0);
   m.plans[0] = to_device(h->compress_plans, (size_t)h->num_compress * sizeof(c128_compress_plan));
   m.plans[1] = to_device(h->write_plans, (size_t)h->num_write * sizeof(c128_write_plan));
+  m.plans[2] = to_device(h->write_slots, (size_t)h->num_write * sizeof(int64_t));
+  m.plans[3] = to_device(h->write_positions, (size_t)h->num_write * sizeof(int64_t));
   c128_prefill_args d = *h;
   d.state = m.state, d.output = m.output, d.input = m.input, d.ape = m.ape;
   d.compress_plans = m.plans[0], d.write_plans = m.plans[1];
+  d.write_slots = (const int64_t *)m.plans[2], d.write_positions = (const int64_t *)m.plans[3];
   d.state_layout = m.layout, d.output_index = m.index;
   d.entry = entry_up(e, &h->entry);
   const c128_status st =

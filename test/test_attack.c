@@ -2060,6 +2060,7 @@ Test(cpu, attack_every_entry_point_on_garbage) {
     memcpy(&a, bytes + 16, sizeof a), memcpy(&plans, bytes + 24, sizeof plans);
     d.state = NULL, d.input = NULL, d.ape = NULL, d.output = NULL, d.plans = NULL;
     p.state = NULL, p.input = NULL, p.ape = NULL, p.output = NULL, p.compress_plans = NULL, p.write_plans = NULL;
+    p.write_slots = NULL, p.write_positions = NULL;
     ring.page_table = NULL;
     a.ring.page_table = NULL, a.requests = NULL, a.compress = NULL, a.write = NULL, a.decode = NULL;
     a.counts = NULL, a.status = NULL, a.workspace = NULL;

@@ -2035,3 +2035,120 @@ Test(cpu, layout_end_to_end_vllm) { e2e_vllm(BACKEND_CPU); }
 Test(gpu, layout_end_to_end_vllm) { e2e_vllm(BACKEND_GPU); }
 Test(cpu, layout_end_to_end_tensorrt) { e2e_trt(BACKEND_CPU, 128), e2e_trt(BACKEND_CPU, 256); }
 Test(gpu, layout_end_to_end_tensorrt) { e2e_trt(BACKEND_GPU, 128), e2e_trt(BACKEND_GPU, 256); }
+
+/* ---- writes named by an engine's per-token arrays ------------------------------------------------ */
+/* c128_prefill_args.write_slots / write_positions (vLLM's slot_mapping and positions), for every
+   instance: input row t lands at physical row slots[t], its score plus ape row positions[t] mod 128
+   where scores are biased, whatever the slot's offset in its block; negative slots and the first
+   row past the state are skipped, and every other byte of the state (NaN, with canaries around
+   it) stays as it was. One plane and two, raw and biased scores, blocks of 8, 64 and 256 rows. */
+static void slots_case(const instance_entry *e, backend be, int block_rows, int two_planes, int biased, rng *r) {
+  const int D = e->head_dim;
+  const c128_dtype sd = e->state_dtype, in = e->input_dtype;
+  const int64_t blocks = block_rows >= 96 ? 1 : 96 / block_rows, rows = blocks * block_rows, T = 48;
+  const size_t width = (size_t)(two_planes ? D : 2 * D), bytes = (size_t)rows * width * dtype_size(sd);
+  void *state = guarded_alloc(bytes), *score = two_planes ? guarded_alloc(bytes) : NULL;
+  poison(state, bytes);
+  if (score) poison(score, bytes);
+  void *want = clone_bytes(state, bytes), *want_score = score ? clone_bytes(score, bytes) : NULL;
+  void *input = rows_alloc((size_t)T, D, in);
+  rows_fill(input, (size_t)T, D, in, r, 1.0f);
+  float *ape = ape_make(D, r);
+  int64_t *slots = malloc((size_t)T * sizeof *slots), *pos = malloc((size_t)T * sizeof *pos);
+  int64_t *order = malloc((size_t)rows * sizeof *order);
+  for (int64_t i = 0; i < rows; ++i) order[i] = i;
+  for (int64_t i = rows - 1; i > 0; --i) {
+    const int64_t j = rng_below(r, i + 1), v = order[i];
+    order[i] = order[j], order[j] = v;
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    slots[t] = t % 7 == 3 ? -1 - rng_below(r, 5) : t % 11 == 5 ? rows : order[t]; /* T <= rows */
+    pos[t] = rng_below(r, (int64_t)1 << 20);
+    if (slots[t] < 0 || slots[t] >= rows) continue;
+    for (int c = 0; c < 2 * D; ++c) {
+      float v = elem_get(input, (size_t)t * 2 * (size_t)D + (size_t)c, in);
+      if (c >= D && biased) v = v + ape[(pos[t] % W) * D + (c - D)];
+      if (!two_planes) elem_set(want, (size_t)slots[t] * width + (size_t)c, sd, v);
+      else if (c < D) elem_set(want, (size_t)slots[t] * width + (size_t)c, sd, v);
+      else elem_set(want_score, (size_t)slots[t] * width + (size_t)(c - D), sd, v);
+    }
+  }
+  float out[1];
+  c128_prefill_args a;
+  memset(&a, 0, sizeof a);
+  a.head_dim = D, a.state_dtype = sd, a.input_dtype = in, a.output_dtype = e->output_dtype;
+  a.state = state, a.state_pages = blocks, a.input = input, a.input_rows = T, a.ape = ape, a.output = out;
+  a.num_write = T, a.write_slots = slots, a.write_positions = pos;
+  a.state_layout.block_rows = block_rows, a.state_layout.score_biased = biased, a.state_layout.score_plane = score;
+  const c128_status st = run_prefill(e, be, &a, (int)(r->seed & 1));
+  char what[160];
+  snprintf(what, sizeof what, "%s: write slots, blocks of %d, %s, %s scores", e->name, block_rows,
+           two_planes ? "two planes" : "one plane", biased ? "biased" : "raw");
+  cr_assert_eq(st, C128_SUCCESS, "%s: %s (seed %llu)", what, c128_status_string(st), (unsigned long long)r->seed);
+  check_rows_equal(state, want, (size_t)rows, width * dtype_size(sd), what, r->seed);
+  guarded_check(state, bytes, what, r->seed);
+  if (score) {
+    check_rows_equal(score, want_score, (size_t)rows, width * dtype_size(sd), what, r->seed);
+    guarded_check(score, bytes, what, r->seed);
+  }
+  guarded_free(state), guarded_free(score);
+  free(want), free(want_score), free(input), free(ape), free(slots), free(pos), free(order);
+}
+
+static void write_slots_every_instance(backend be) {
+  require_backend(be);
+  rng r = rng_fresh();
+  for (int id = 0; id < C128_INSTANCE_COUNT; ++id) {
+    const instance_entry *e = instance((c128_instance_id)id);
+    const int block_rows[3] = {8, 64, 256};
+    for (int k = 0; k < 3; ++k) slots_case(e, be, block_rows[k], k == 1, k != 2, &r);
+  }
+}
+Test(cpu, layout_write_slots) { write_slots_every_instance(BACKEND_CPU); }
+Test(gpu, layout_write_slots) { write_slots_every_instance(BACKEND_GPU); }
+
+/* What the launch refuses of write slots, and what the checker names: two tokens with one slot
+   (the later one), a slot past the state. */
+Test(cpu, layout_write_slots_refusals) {
+  const instance_entry *e = instance(C128_INSTANCE_h128_f32_f32_f32);
+  const int D = e->head_dim;
+  enum { T = 8, BLOCKS = 2 };
+  rng r = rng_fresh();
+  float *state = rows_alloc((size_t)BLOCKS * 8, D, C128_F32), *input = rows_alloc(T, D, C128_F32);
+  rows_fill(state, (size_t)BLOCKS * 8, D, C128_F32, &r, 1.0f);
+  rows_fill(input, T, D, C128_F32, &r, 1.0f);
+  float *ape = ape_make(D, &r);
+  int64_t slots[T], pos[T];
+  for (int t = 0; t < T; ++t) slots[t] = t, pos[t] = 100 + t;
+  c128_write_plan plan[1] = {{0, 0}};
+  c128_prefill_args a;
+  memset(&a, 0, sizeof a);
+  a.head_dim = D, a.state_dtype = a.input_dtype = a.output_dtype = C128_F32;
+  a.state = state, a.state_pages = BLOCKS, a.input = input, a.input_rows = T, a.ape = ape;
+  a.num_write = T, a.write_slots = slots, a.write_positions = pos;
+  a.state_layout.block_rows = 8, a.state_layout.score_biased = 1;
+  void *before = clone_bytes(state, (size_t)BLOCKS * 8 * 2 * (size_t)D * sizeof(float));
+  c128_prefill_args b = a;
+  b.write_plans = plan;
+  cr_expect_eq(e->prefill_host(&b, NULL), C128_ERROR_INVALID_PLAN, "write plans and write slots together");
+  b = a, b.write_positions = NULL;
+  cr_expect_eq(e->prefill_host(&b, NULL), C128_ERROR_NULL_POINTER, "write slots without positions");
+  b = a, b.write_slots = (const int64_t *)((const char *)slots + 4);
+  cr_expect_eq(e->prefill_host(&b, NULL), C128_ERROR_MISALIGNED, "misaligned write slots");
+  b = a, b.layout.size = 2, b.layout.pages_per_rank = BLOCKS; /* today's layout, sharded */
+  memset(&b.state_layout, 0, sizeof b.state_layout);
+  cr_expect_eq(e->prefill_host(&b, NULL), C128_ERROR_INVALID_STATE_LAYOUT, "write slots on a sharded state");
+  b = a, b.write_positions = (const int64_t *)state;
+  cr_expect_eq(e->prefill_host(&b, NULL), C128_ERROR_ALIASED, "positions inside the state");
+  check_rows_equal(state, before, (size_t)BLOCKS * 8, 2 * (size_t)D * sizeof(float), "state after refusals", r.seed);
+  c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
+  cr_expect_eq(c128_check_prefill_plans(&a, &rep), C128_SUCCESS);
+  cr_expect_eq(rep.index, -1);
+  slots[5] = 2; /* token 5 writes token 2's row */
+  cr_expect_eq(c128_check_prefill_plans(&a, &rep), C128_ERROR_INVALID_PLAN);
+  cr_expect(rep.index == 5 && rep.kind == C128_PLAN_WRITE, "named write %lld", (long long)rep.index);
+  slots[5] = 5, slots[6] = BLOCKS * 8; /* past the state */
+  cr_expect_eq(c128_check_prefill_plans(&a, &rep), C128_ERROR_INVALID_PLAN);
+  cr_expect(rep.index == 6 && rep.kind == C128_PLAN_WRITE, "named write %lld", (long long)rep.index);
+  free(state), free(input), free(ape), free(before);
+}

@@ -118,6 +118,8 @@ class PrefillArgs(Structure):  # like DecodeArgs, each field mirrors c128_prefil
         ("state_layout", StateLayout),
         ("output_index", c_void_p),
         ("entry", EntryArgs),
+        ("write_slots", c_void_p),
+        ("write_positions", c_void_p),
     ]
 
 

@@ -24,9 +24,12 @@ compiled head_dim, ``overlap`` (ratio 4's), ``use_fp4_cache``. NotImplementedErr
 from __future__ import annotations
 
 import sys
+from ctypes import byref as _byref
 from typing import Any, Optional, Tuple
 
 from . import Entry, MAX_PREFILL_ROWS, StateLayout, _compiling, _int, _INT32, _ops, prefill, WINDOW
+from . import _check_launch, _lib, _prefill_bind, _resolve_stream, current_device_check
+from ._tensor import view
 from .sglang import _Xp
 
 __all__ = ["save_partial_states", "compress_norm_rope_store_cutedsl", "compress_c128", "install"]
@@ -83,23 +86,6 @@ def _refuse(x: _Xp, mask: Any, message: str) -> None:
         raise ValueError(message)
 
 
-def _per_token_table(x: _Xp, slots: Any, positions: Any, block: int) -> Tuple[Any, Any, int]:
-    """A block table of one row per token naming the block of its slot (slot // B, vLLM's slot_mapping) at
-    its window column, and the logical rows t << shift | pos % 2^shift. c128 finds a logical row at
-    table[t][p / B] * B + p % B and adds ape[p % 128] to a biased score: both the ape row and the offset in
-    the block come from the position, so the physical row is the slot where slot % B == pos % B (callers
-    mask the other tokens: :func:`save_partial_states`)."""
-    n = slots.shape[0]
-    shift = max(7, block.bit_length() - 1)  # a table row maps max(128, B) positions
-    cols = (1 << shift) // block
-    k = x.arange(n)
-    table = x.full((n, cols), -1)
-    p = positions % (1 << shift)
-    blk = x.where(slots >= 0, slots // block, -1)
-    table[k, p // block] = blk.to(x.torch.int32) if x.torch is not None else blk.astype(x.np.int32)
-    return table, (k << shift) | p, shift
-
-
 def _chunks(n: int, size: int = MAX_PREFILL_ROWS) -> list:
     """[lo, hi) ranges of at most size tokens covering 0 .. n (one, empty, for n = 0). The per-token plans
     of different tokens never touch the same row (save_partial_states writes each token's slot,
@@ -110,18 +96,13 @@ def _chunks(n: int, size: int = MAX_PREFILL_ROWS) -> list:
 def save_partial_states(kv: Any, score: Any, ape: Any, positions: Any, state_cache: Any, slot_mapping: Any,
                         block_size: int, state_width: int, compress_ratio: int, pdl_kwargs: Any = None) -> None:
     """vLLM's save_partial_states for ratio 128: state_cache[slot_mapping[t]] = [kv[t] | score[t] +
-    ape[positions[t] % 128]] for every t with slot_mapping[t] >= 0 (one c128 write launch; the sum is the
-    kernels' fp32 add, the bits vLLM's Triton kernel stores). kv, score: [T, state_width] fp32 (views of one
-    [T, 2 * state_width] buffer are used in place); ape [128, state_width] fp32; positions, slot_mapping int64
-    [T]; state_cache fp32 [blocks, block_size, 2 * state_width] (block_size 8..256, a power of two: vLLM's 8, or
-    the ring's C). pdl_kwargs is accepted and ignored (c128 launches without PDL here, as vLLM does).
-
-    The row goes to the slot itself (block slot // B, offset slot % B). c128's launch places a row at
-    offset pos % B of its block (the offset and the ape row both come from the position), which is vLLM's
-    slot_mapping (block_table[req, pos // B] * B + pos % B; vLLM's own C128 pooling reads the state that
-    way too). Tokens whose slot has another offset: NumPy arrays and CPU tensors write them with array
-    operations (same fp32 sum); CUDA tensors get a device-side assertion (torch._assert_async: no host
-    synchronisation, capturable), so such a slot mapping fails loudly instead of writing the wrong row."""
+    ape[positions[t] % 128]] for every t with slot_mapping[t] >= 0 (one c128 write launch that reads
+    slot_mapping and positions itself: c128_prefill_args.write_slots; the sum is the kernels' fp32 add, the bits
+    vLLM's Triton kernel stores). kv, score: [T, state_width] fp32 (views of one [T, 2 * state_width] buffer
+    are used in place); ape [128, state_width] fp32; positions, slot_mapping int64 [T]; state_cache fp32
+    [blocks, block_size, 2 * state_width] (block_size 8..256, a power of two: vLLM's 8, or the ring's C).
+    pdl_kwargs is accepted and ignored (c128 launches without PDL here, as vLLM does). A slot past the state is
+    refused (CUDA tensors: a device-side assertion, torch._assert_async, with no host synchronisation)."""
     _ratio(compress_ratio)
     blocks, b, d = _state(state_cache, block_size, state_width)
     if _compiling():
@@ -130,27 +111,40 @@ def save_partial_states(kv: Any, score: Any, ape: Any, positions: Any, state_cac
         return
     x = _Xp(state_cache)
     slots, pos = x.i64(slot_mapping), x.i64(positions)
-    n = slots.shape[0]
+    if x.torch is not None:
+        slots, pos = slots.contiguous(), pos.contiguous()
+    else:
+        slots, pos = x.np.ascontiguousarray(slots), x.np.ascontiguousarray(pos)
     _refuse(x, slots >= blocks * b, f"slot_mapping: a slot past the state's {blocks * b} rows (blocks x block_size)")
     rows = _rows(kv, score, x)
-    table, logical, shift = _per_token_table(x, slots, pos, b)
-    k = x.arange(n)
-    aligned = (slots >= 0) & (slots % b == pos % b)
-    empty = x.int32_rows_as_u8(x.full((0, 4), 0), 16)
-    layout = StateLayout(block_rows=b, block_table=table, row_shift=shift, score_biased=True)
-    for lo, hi in _chunks(n):  # plans name their input row in a u16: a launch per 65536 tokens
-        plans = x.int32_rows_as_u8(x.stack([x.where(aligned[lo:hi], k[lo:hi] - lo, -1), logical[lo:hi]]), 8)
-        prefill(state_cache, rows[lo:hi], ape, _out_none(x, d), empty, plans, state_layout=layout)
-    other = (slots >= 0) & ~aligned
-    if x.torch is not None and x.device.type != "cpu":
-        _refuse(x, other, "c128.vllm.save_partial_states: a slot_mapping entry whose offset in its block is not "
-                          "position % block_size")
-        return
-    if bool(other.any()):  # host memory: the rows of such slots by array operations
-        t = x.torch.nonzero(other).flatten() if x.torch is not None else x.np.nonzero(other)[0]
-        flat = state_cache.reshape(-1, 2 * d)
-        flat[slots[t], :d] = kv[t]
-        flat[slots[t], d:] = score[t] + ape[pos[t] % WINDOW]
+    layout = StateLayout(block_rows=b, score_biased=True)
+    empty_compress, empty_write = x.int32_rows_as_u8(x.full((0, 4), 0), 16), x.int32_rows_as_u8(x.full((0, 2), 0), 8)
+    for lo, hi in _chunks(slots.shape[0]):  # a launch addresses 65536 input rows
+        _write_slots(state_cache, rows[lo:hi], ape, _out_none(x, d), empty_compress, empty_write, slots[lo:hi],
+                     pos[lo:hi], layout)
+
+
+def _write_slots(state: Any, rows: Any, ape: Any, out: Any, empty_compress: Any, empty_write: Any, slots: Any,
+                 pos: Any, layout: StateLayout) -> None:
+    """One write launch named by per-token arrays (c128_prefill_args.write_slots / write_positions): row t
+    of `rows` to physical state row slots[t] (skipped where negative or past the state), ape row pos[t] % 128
+    added to its score. No plans: the kernel reads vLLM's arrays."""
+    args = _lib.PrefillArgs()
+    stream = _resolve_stream(None, state)
+    on_host, keep = _prefill_bind(args, state, rows, ape, out, empty_compress, empty_write, stream, None, 0, False,
+                                  False, True, layout)
+    sv, pv = view(slots, "slot_mapping", stream), view(pos, "positions", stream)
+    for v, name in ((sv, "slot_mapping"), (pv, "positions")):
+        if v.device != keep[0].device:
+            raise ValueError(f"{name}: on {v.device}, the state on {keep[0].device}")
+    args.write_plans, args.num_write = None, sv.shape[0]
+    args.write_slots, args.write_positions = sv.ptr, pv.ptr
+    if on_host:
+        _check_launch(_lib.prefill_host(_byref(args), None), "c128_prefill_host", args, 0)
+    else:
+        current_device_check(state, "state")
+        _check_launch(_lib.prefill(_byref(args), stream), "c128_prefill", args, 0)
+    del keep, sv, pv
 
 
 def _out_none(x: _Xp, d: int) -> Any:
