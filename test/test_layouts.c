@@ -2068,8 +2068,7 @@ static void slots_case(const instance_entry *e, backend be, int block_rows, int 
     for (int c = 0; c < 2 * D; ++c) {
       float v = elem_get(input, (size_t)t * 2 * (size_t)D + (size_t)c, in);
       if (c >= D && biased) v = v + ape[(pos[t] % W) * D + (c - D)];
-      if (!two_planes) elem_set(want, (size_t)slots[t] * width + (size_t)c, sd, v);
-      else if (c < D) elem_set(want, (size_t)slots[t] * width + (size_t)c, sd, v);
+      if (!two_planes || c < D) elem_set(want, (size_t)slots[t] * width + (size_t)c, sd, v);
       else elem_set(want_score, (size_t)slots[t] * width + (size_t)(c - D), sd, v);
     }
   }
@@ -2144,11 +2143,14 @@ Test(cpu, layout_write_slots_refusals) {
   c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
   cr_expect_eq(c128_check_prefill_plans(&a, &rep), C128_SUCCESS);
   cr_expect_eq(rep.index, -1);
-  slots[5] = 2; /* token 5 writes token 2's row */
-  cr_expect_eq(c128_check_prefill_plans(&a, &rep), C128_ERROR_INVALID_PLAN);
-  cr_expect(rep.index == 5 && rep.kind == C128_PLAN_WRITE, "named write %lld", (long long)rep.index);
-  slots[5] = 5, slots[6] = BLOCKS * 8; /* past the state */
-  cr_expect_eq(c128_check_prefill_plans(&a, &rep), C128_ERROR_INVALID_PLAN);
-  cr_expect(rep.index == 6 && rep.kind == C128_PLAN_WRITE, "named write %lld", (long long)rep.index);
+  int64_t twice[T], past[T]; /* token 5 writes token 2's row; token 6 the first row past the state */
+  memcpy(twice, slots, sizeof slots), memcpy(past, slots, sizeof slots);
+  twice[5] = 2, past[6] = BLOCKS * 8;
+  const int64_t *named[2] = {twice, past};
+  for (int k = 0; k < 2; ++k) {
+    b = a, b.write_slots = named[k];
+    cr_expect_eq(c128_check_prefill_plans(&b, &rep), C128_ERROR_INVALID_PLAN);
+    cr_expect(rep.index == 5 + k && rep.kind == C128_PLAN_WRITE, "named write %lld", (long long)rep.index);
+  }
   free(state), free(input), free(ape), free(before);
 }
