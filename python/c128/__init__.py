@@ -1415,6 +1415,14 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
         _remember_hit(hit_key, (state, input, ape, output, compress_plans, write_plans), args, keep[0].device)
     if key is not None and not on_host and args.entry.workspace not in _graph_workspaces:
         _remember(key, args)
+    _prefill_call(args, on_host, state, handle, stream, host_options)
+    del keep
+
+
+def _prefill_call(args: _lib.PrefillArgs, on_host: bool, state: Any, handle: int, stream: Any = None,
+                  host_options: Optional[HostOptions] = None) -> None:
+    """The C call of a prefill whose struct _prefill_bind filled: the host runner where its tensors
+    are host memory (no stream), else the launch on `handle`."""
     if on_host:
         _host_stream(stream)
         options, message = _host_options(host_options)
@@ -1423,7 +1431,6 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
     else:
         current_device_check(state, "state")
         _check_launch(_lib.prefill(byref(args), handle), "c128_prefill", args, args.num_compress)
-    del keep
 
 
 class Prefill(_Bound):

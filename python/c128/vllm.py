@@ -24,11 +24,10 @@ compiled head_dim, ``overlap`` (ratio 4's), ``use_fp4_cache``. NotImplementedErr
 from __future__ import annotations
 
 import sys
-from ctypes import byref as _byref
 from typing import Any, Optional, Tuple
 
 from . import Entry, MAX_PREFILL_ROWS, StateLayout, _compiling, _int, _INT32, _ops, prefill, WINDOW
-from . import _check_launch, _lib, _prefill_bind, _resolve_stream, current_device_check
+from . import _lib, _prefill_bind, _prefill_call, _resolve_stream
 from ._tensor import view
 from .sglang import _Xp
 
@@ -139,11 +138,7 @@ def _write_slots(state: Any, rows: Any, ape: Any, out: Any, empty_compress: Any,
             raise ValueError(f"{name}: on {v.device}, the state on {keep[0].device}")
     args.write_plans, args.num_write = None, sv.shape[0]
     args.write_slots, args.write_positions = sv.ptr, pv.ptr
-    if on_host:
-        _check_launch(_lib.prefill_host(_byref(args), None), "c128_prefill_host", args, 0)
-    else:
-        current_device_check(state, "state")
-        _check_launch(_lib.prefill(_byref(args), stream), "c128_prefill", args, 0)
+    _prefill_call(args, on_host, state, stream)
     del keep, sv, pv
 
 
