@@ -2106,8 +2106,9 @@ static void write_slots_every_instance(backend be) {
 Test(cpu, layout_write_slots) { write_slots_every_instance(BACKEND_CPU); }
 Test(gpu, layout_write_slots) { write_slots_every_instance(BACKEND_GPU); }
 
-/* What the launch refuses of write slots, and what the checker names: two tokens with one slot
-   (the later one), a slot past the state. */
+/* What the launch refuses of write slots (and the sizes at -1, past the limit and 0; garbage
+   slots and positions, which the kernel skips), and what the checker names: two tokens with one
+   slot (the later one), a slot past the state. */
 Test(cpu, layout_write_slots_refusals) {
   const instance_entry *e = instance(C128_INSTANCE_h128_f32_f32_f32);
   const int D = e->head_dim;
@@ -2139,6 +2140,18 @@ Test(cpu, layout_write_slots_refusals) {
   cr_expect_eq(e->prefill_host(&b, NULL), C128_ERROR_INVALID_STATE_LAYOUT, "write slots on a sharded state");
   b = a, b.write_positions = (const int64_t *)state;
   cr_expect_eq(e->prefill_host(&b, NULL), C128_ERROR_ALIASED, "positions inside the state");
+  const int64_t sizes[3] = {-1, C128_MAX_PREFILL_ROWS + 1, 0}; /* refused, refused, nothing to do */
+  const c128_status size_status[3] = {C128_ERROR_NEGATIVE_SIZE, C128_ERROR_TOO_MANY_PLANS, C128_SUCCESS};
+  for (int k = 0; k < 3; ++k) {
+    b = a, b.num_write = sizes[k];
+    cr_expect_eq(e->prefill_host(&b, NULL), size_status[k], "num_write %lld", (long long)sizes[k]);
+  }
+  /* Garbage values are skipped in the kernel: slots far outside the state, any position. */
+  int64_t wild[T], wild_pos[T];
+  for (int t = 0; t < T; ++t)
+    wild[t] = t % 2 ? INT64_MAX - t : INT64_MIN + t, wild_pos[t] = t % 2 ? INT64_MIN + t : INT64_MAX - t;
+  b = a, b.write_slots = wild, b.write_positions = wild_pos;
+  cr_expect_eq(e->prefill_host(&b, NULL), C128_SUCCESS, "garbage slots and positions");
   check_rows_equal(state, before, (size_t)BLOCKS * 8, 2 * (size_t)D * sizeof(float), "state after refusals", r.seed);
   c128_plan_report rep = {0, C128_PLAN_DECODE, NULL, 0};
   cr_expect_eq(c128_check_prefill_plans(&a, &rep), C128_SUCCESS);
