@@ -521,6 +521,30 @@ def _index_bind(index: Any, rows: int, stream: int, device: Optional[Tuple[str, 
     return v
 
 
+def _slots_bind(write_slots: Any, write_positions: Any, input_rows: int, stream: int,
+                device: Optional[Tuple[str, int]], checker: bool) -> Tuple[View, View]:
+    """The views of write_slots and write_positions (int64 [n <= input rows] each, n the same)."""
+    if write_slots is None or write_positions is None:
+        raise ValueError("write_slots, write_positions: give both (a token's physical state row and its position) "
+                         "or neither")
+    views = []
+    for obj, name in ((write_slots, "write_slots"), (write_positions, "write_positions")):
+        v = view(obj, name, stream)
+        if v.dtype != "i64":
+            raise TypeError(f"{name}: expected int64 (one per input row), got {v.dtype}")
+        if len(v.shape) != 1 or v.shape[0] > input_rows:
+            raise ValueError(f"{name}: expected a contiguous int64 tensor of shape (<= {input_rows},) (one per input "
+                             f"row), got {_fmt(v.shape)}")
+        _contiguous(v, name)
+        _aligned(v, name, 8)
+        _where_read(v, name, None if checker else device, checker, "the plan checker")
+        views.append(v)
+    if views[0].shape != views[1].shape:
+        raise ValueError(f"write_positions: shape {_fmt(views[1].shape)}, write_slots {_fmt(views[0].shape)}: one "
+                         f"position a slot")
+    return views[0], views[1]
+
+
 def _real(value: Any, name: str) -> float:
     """A real number (NumPy scalars too) as a float; bools and everything else are refused."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -1236,8 +1260,8 @@ class _Bound:
         if _compiling():  # the operator of the same launch (its tensors as bound)
             t = self._tensors
             fn = decode if self._function == "decode" else prefill
-            fn(*(t[n] for n in self._names), stream=stream, host_options=host_options, state_layout=t["state_layout"],
-               output_index=t["output_index"], entry=t["entry"], **self._options)
+            fn(*(t[n] for n in self._names), stream=stream, host_options=host_options,
+               **{n: t[n] for n in self._extras}, **self._options)
             return
         if self._on_host:
             _host_stream(stream)
@@ -1297,24 +1321,36 @@ class Decode(_Bound):
 def _prefill_bind(args: _lib.PrefillArgs, state: Any, input: Any, ape: Any, output: Any, compress_plans: Any,
                   write_plans: Any, stream: int, layout: Any, windows_per_block: Any, pdl: Any,
                   checker: bool, extended: bool = False, state_layout: Any = None, output_index: Any = None,
-                  entry: Any = None, bound: bool = False) -> Tuple[bool, tuple]:
+                  entry: Any = None, bound: bool = False, write_slots: Any = None,
+                  write_positions: Any = None) -> Tuple[bool, tuple]:
     s, i, a = view(state, "state", stream), view(input, "input", stream), view(ape, "ape", stream)
     o = _output_view(output, entry, stream)
-    c, w = view(compress_plans, "compress_plans", stream), view(write_plans, "write_plans", stream)
+    slots = write_slots is not None or write_positions is not None
+    if slots and write_plans is not None:
+        raise ValueError("write_plans: None when write_slots and write_positions name the writes (one source)")
+    c = view(compress_plans, "compress_plans", stream)
+    w = None if slots else view(write_plans, "write_plans", stream)
     if checker:
         for v, name in ((c, "compress_plans"), (w, "write_plans")):
-            if not v.on_host:
+            if v is not None and not v.on_host:
                 raise ValueError(f"{name}: the checker reads plans in host memory; copy them to the host first")
         on_host = True
     else:
         views = [("state", s), ("input", i), ("ape", a), ("output", o), ("compress_plans", c), ("write_plans", w)]
         on_host = _same_device([(n, v) for n, v in views if v is not None])
     num_compress = _records(c, "compress_plans", COMPRESS_PLAN_BYTES, "compress plan")
-    num_write = _records(w, "write_plans", WRITE_PLAN_BYTES, "write plan")
     head_dim, sd, idt, od = _common(s, i, a, o, None, 0 if output_index is not None else num_compress, "rows",
                                     state_layout)
     _aligned(c, "compress_plans", COMPRESS_PLAN_BYTES)
-    _aligned(w, "write_plans", WRITE_PLAN_BYTES)
+    if slots:
+        sv, pv = _slots_bind(write_slots, write_positions, i.shape[0], stream, s.device, checker)
+        args.write_plans, args.num_write = None, sv.shape[0]
+        args.write_slots, args.write_positions = sv.ptr, pv.ptr
+        w = (sv, pv)
+    else:
+        args.write_plans, args.num_write = w.ptr, _records(w, "write_plans", WRITE_PLAN_BYTES, "write plan")
+        args.write_slots = args.write_positions = None
+        _aligned(w, "write_plans", WRITE_PLAN_BYTES)
     if not checker:
         _writable(s, "state")
         if o is not None:
@@ -1329,7 +1365,6 @@ def _prefill_bind(args: _lib.PrefillArgs, state: Any, input: Any, ape: Any, outp
     args.ape = a.ptr
     args.output, args.output_rows = (o.ptr, o.shape[0]) if o is not None else (None, 0)
     args.compress_plans, args.num_compress = c.ptr, num_compress
-    args.write_plans, args.num_write = w.ptr, num_write
     _layout(layout, args)
     args.pdl = 1 if pdl else 0
     args.windows_per_block = _int(windows_per_block, "windows_per_block", _INT32)
@@ -1339,7 +1374,8 @@ def _prefill_bind(args: _lib.PrefillArgs, state: Any, input: Any, ape: Any, outp
 def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
             stream: Any = None, layout: Any = None, windows_per_block: int = 0, pdl: bool = False,
             host_options: Optional[HostOptions] = None, state_layout: Optional[StateLayout] = None,
-            output_index: Any = None, entry: Optional[Entry] = None) -> None:
+            output_index: Any = None, entry: Optional[Entry] = None, write_slots: Any = None,
+            write_positions: Any = None) -> None:
     """A prefill / extend / verify batch: the compress launch, then the write launch, on one
     stream (c128_prefill, or c128_prefill_host on the host).
 
@@ -1352,20 +1388,26 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
             ``output_index``: any rows). None with ``entry``.
         compress_plans: uint8 [n, 16], int32 [n, 4] or COMPRESS_PLAN_DTYPE; every row is
             launched (sentinel rows are skipped on the device).
-        write_plans: uint8 [m, 8], int32 [m, 2] or WRITE_PLAN_DTYPE.
+        write_plans: uint8 [m, 8], int32 [m, 2] or WRITE_PLAN_DTYPE; None with ``write_slots``.
         stream, layout, pdl, host_options, state_layout, entry: as in :func:`decode`.
         windows_per_block: 1..32 compress windows per block, 0 = automatic.
         output_index: int64 [input rows]: the window that ends at input row r (its plan's
             ragged_id) goes to output row (or cache entry) output_index[r], as SGLang indexes
             out_loc; outside the output (or cache): skipped. Default: row k for plan k.
+        write_slots, write_positions: int64 [n <= input rows] each, in place of write plans (vLLM's
+            slot_mapping and positions): input row t goes to PHYSICAL state row write_slots[t]
+            (negative: not written; past the state: skipped), with ape row write_positions[t] % 128
+            added where the state layout's scores are biased. Not on a sharded state.
     """
+    slots = write_slots is not None or write_positions is not None
+    extended = state_layout is not None or output_index is not None or entry is not None or slots
     if _compiling():
         kw = _op_kwargs(layout, state_layout, output_index, entry, stream, host_options)
-        op = _ops().prefill_extended if state_layout is not None or output_index is not None or entry is not None \
-            else _ops().prefill
+        if slots:
+            kw.update(write_slots=write_slots, write_positions=write_positions)
+        op = _ops().prefill_extended if extended else _ops().prefill
         op(state, input, ape, output, compress_plans, write_plans, windows_per_block=windows_per_block, pdl=pdl, **kw)
         return
-    extended = state_layout is not None or output_index is not None or entry is not None
     hit_key = None
     if not extended and host_options is None:
         tensors = (state, input, ape, output, compress_plans, write_plans)
@@ -1383,8 +1425,9 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
         key = _torch_cuda_key((state, input, ape, output, compress_plans, write_plans),
                               (layout, windows_per_block, pdl))
     else:
-        key = _torch_cuda_key_extra((state, input, ape, output, compress_plans, write_plans),
-                                    (layout, windows_per_block, pdl), state_layout, output_index, entry)
+        key = _torch_cuda_key_extra((state, input, ape, output, compress_plans, write_plans, write_slots,
+                                     write_positions), (layout, windows_per_block, pdl), state_layout, output_index,
+                                    entry)
         if key is not None and entry is not None and entry.workspace is None:  # the stream's workspace
             launch_stream = current_stream(state) if stream is None else stream_handle(stream)
             key += (launch_stream,)
@@ -1408,7 +1451,8 @@ def prefill(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, 
             setattr(_tls, name, args)
     handle = _resolve_stream(stream, state) if launch_stream is None else launch_stream
     on_host, keep = _prefill_bind(args, state, input, ape, output, compress_plans, write_plans, handle, layout,
-                                  windows_per_block, pdl, False, extended, state_layout, output_index, entry)
+                                  windows_per_block, pdl, False, extended, state_layout, output_index, entry, False,
+                                  write_slots, write_positions)
     if hit_key is not None:
         args = _lib.PrefillArgs.from_buffer_copy(args)
         _explicit_group(args, keep[0].device, False)
@@ -1436,9 +1480,10 @@ def _prefill_call(args: _lib.PrefillArgs, on_host: bool, state: Any, handle: int
 class Prefill(_Bound):
     """A prefill launch with its tensors checked and bound once (see :class:`Decode`): tensors
     state, input, ape, output, compress_plans, write_plans (and state_layout, output_index,
-    entry, keyword-only)."""
+    entry, write_slots, write_positions, keyword-only)."""
 
     _names = ("state", "input", "ape", "output", "compress_plans", "write_plans")
+    _extras = _Bound._extras + ("write_slots", "write_positions")
     _function = "prefill"
     _jobs = "num_compress"
     _launch = staticmethod(_lib.prefill)
@@ -1447,9 +1492,10 @@ class Prefill(_Bound):
     def __init__(self, state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
                  layout: Any = None, windows_per_block: int = 0, pdl: bool = False,
                  state_layout: Optional[StateLayout] = None, output_index: Any = None,
-                 entry: Optional[Entry] = None) -> None:
+                 entry: Optional[Entry] = None, write_slots: Any = None, write_positions: Any = None) -> None:
         self._tensors = dict(zip(self._names + self._extras, (state, input, ape, output, compress_plans, write_plans,
-                                                              state_layout, output_index, entry)))
+                                                              state_layout, output_index, entry, write_slots,
+                                                              write_positions)))
         self._options = {"layout": layout, "windows_per_block": windows_per_block, "pdl": pdl}
         self._args = _lib.PrefillArgs()
         self._ref = byref(self._args)
@@ -1461,7 +1507,8 @@ class Prefill(_Bound):
         self._on_host, self._keep = _prefill_bind(self._args, *(t[n] for n in self._names), handle,
                                                   self._options["layout"], self._options["windows_per_block"],
                                                   self._options["pdl"], False, True, t["state_layout"],
-                                                  t["output_index"], t["entry"], True)
+                                                  t["output_index"], t["entry"], True, t["write_slots"],
+                                                  t["write_positions"])
         _explicit_group(self._args, view(t["state"], "state").device, False)
         self._bound()
 
@@ -1519,12 +1566,15 @@ def check_decode_plans(state: Any, input: Any, ape: Any, output: Any, plans: Any
 
 def check_prefill_plans(state: Any, input: Any, ape: Any, output: Any, compress_plans: Any, write_plans: Any, *,
                         layout: Any = None, windows_per_block: int = 0, state_layout: Optional[StateLayout] = None,
-                        output_index: Any = None, entry: Optional[Entry] = None) -> PlanReport:
+                        output_index: Any = None, entry: Optional[Entry] = None, write_slots: Any = None,
+                        write_positions: Any = None) -> PlanReport:
     """Checks prefill plans held in host memory (c128_check_prefill_plans); see
-    :func:`check_decode_plans`. Compress plans are checked before write plans."""
+    :func:`check_decode_plans`. Compress plans are checked before write plans (or write_slots,
+    also read in host memory: a slot past the state, two tokens with one slot)."""
     args = _lib.PrefillArgs()
     _, keep = _prefill_bind(args, state, input, ape, output, compress_plans, write_plans, 0, layout,
-                            windows_per_block, False, True, True, state_layout, output_index, entry)
+                            windows_per_block, False, True, True, state_layout, output_index, entry, False,
+                            write_slots, write_positions)
     report, message = _new_report()
     status = _lib.check_prefill_plans(byref(args), byref(report))
     del keep

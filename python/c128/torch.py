@@ -20,7 +20,8 @@ Operators (the keyword-only arguments are those of the Python functions, flatten
   arguments; ``output`` is None with cache entries. ``workspace`` (written: each launch leaves it
   all zero) is optional: without it the implementation takes the binding's workspace of PyTorch's
   current stream (c128.Entry), made outside any trace, so compiled graphs and their fake
-  implementations allocate nothing for it. (Two operators each: the dispatcher's time grows with a
+  implementations allocate nothing for it. ``prefill_extended`` also takes ``write_slots`` and
+  ``write_positions`` (``write_plans`` None). (Two operators each: the dispatcher's time grows with a
   schema's arguments.)
 - ``c128::plan_decode_device``, ``c128::plan_prefill_device``: the device planners, the ring's
   fields as keyword arguments (``state_pages``, ``ring_tokens``, ``speculative``,
@@ -136,14 +137,15 @@ def _prefill_options(state: Any, input: Any, ape: Any, output: Any, compress_pla
              block_rows: int = 0, block_table: Any = None, row_shift: int = 0, score_plane: Any = None,
              score_block_table: Any = None, score_biased: bool = False, output_index: Any = None,
              entry_kind: str = "pooled", norm_weight: Any = None, rope_table: Any = None, cache: Any = None,
-             entries_per_page: int = 0, eps: float = 1e-6, page_bytes: int = 0, workspace: Any = None) -> None:
+             entries_per_page: int = 0, eps: float = 1e-6, page_bytes: int = 0, workspace: Any = None,
+             write_slots: Any = None, write_positions: Any = None) -> None:
     c128.prefill(state, input, ape, output, compress_plans, write_plans, layout=_layout(rank, size, pages_per_rank),
                  windows_per_block=windows_per_block, pdl=pdl,
                  state_layout=_state_layout(block_rows, block_table, row_shift, score_plane, score_block_table,
                                             score_biased),
                  output_index=output_index,
                  entry=_entry(entry_kind, norm_weight, rope_table, cache, entries_per_page, eps, page_bytes,
-                              workspace))
+                              workspace), write_slots=write_slots, write_positions=write_positions)
 
 
 # The dispatcher's cost grows with the schema's arguments (about 3 us for decode's, 12 us with every
@@ -158,8 +160,8 @@ _define("decode_extended", "(Tensor(a!) state, Tensor input, Tensor ape, Tensor(
         "int rank=0, int size=1, int pages_per_rank=0, int requests_per_block=0, bool pdl=False, " + _LAYOUT + ", " +
         _ENTRY + ") -> ()", _decode_options)
 _define("prefill_extended", "(Tensor(a!) state, Tensor input, Tensor ape, Tensor(b!)? output, Tensor compress_plans, "
-        "Tensor write_plans, *, int rank=0, int size=1, int pages_per_rank=0, int windows_per_block=0, bool pdl=False, "
-        + _LAYOUT + ", " + _ENTRY + ") -> ()", _prefill_options)
+        "Tensor? write_plans, *, int rank=0, int size=1, int pages_per_rank=0, int windows_per_block=0, bool pdl=False, "
+        + _LAYOUT + ", " + _ENTRY + ", Tensor? write_slots=None, Tensor? write_positions=None) -> ()", _prefill_options)
 
 
 # ---- the device planners --------------------------------------------------------------------------------

@@ -27,8 +27,6 @@ import sys
 from typing import Any, Optional, Tuple
 
 from . import Entry, MAX_PREFILL_ROWS, StateLayout, _compiling, _int, _INT32, _ops, prefill, WINDOW
-from . import _lib, _prefill_bind, _prefill_call, _resolve_stream
-from ._tensor import view
 from .sglang import _Xp
 
 __all__ = ["save_partial_states", "compress_norm_rope_store_cutedsl", "compress_c128", "install"]
@@ -117,29 +115,10 @@ def save_partial_states(kv: Any, score: Any, ape: Any, positions: Any, state_cac
     _refuse(x, slots >= blocks * b, f"slot_mapping: a slot past the state's {blocks * b} rows (blocks x block_size)")
     rows = _rows(kv, score, x)
     layout = StateLayout(block_rows=b, score_biased=True)
-    empty_compress, empty_write = x.int32_rows_as_u8(x.full((0, 4), 0), 16), x.int32_rows_as_u8(x.full((0, 2), 0), 8)
+    empty_compress = x.int32_rows_as_u8(x.full((0, 4), 0), 16)
     for lo, hi in _chunks(slots.shape[0]):  # a launch addresses 65536 input rows
-        _write_slots(state_cache, rows[lo:hi], ape, _out_none(x, d), empty_compress, empty_write, slots[lo:hi],
-                     pos[lo:hi], layout)
-
-
-def _write_slots(state: Any, rows: Any, ape: Any, out: Any, empty_compress: Any, empty_write: Any, slots: Any,
-                 pos: Any, layout: StateLayout) -> None:
-    """One write launch named by per-token arrays (c128_prefill_args.write_slots / write_positions): row t
-    of `rows` to physical state row slots[t] (skipped where negative or past the state), ape row pos[t] % 128
-    added to its score. No plans: the kernel reads vLLM's arrays."""
-    args = _lib.PrefillArgs()
-    stream = _resolve_stream(None, state)
-    on_host, keep = _prefill_bind(args, state, rows, ape, out, empty_compress, empty_write, stream, None, 0, False,
-                                  False, True, layout)
-    sv, pv = view(slots, "slot_mapping", stream), view(pos, "positions", stream)
-    for v, name in ((sv, "slot_mapping"), (pv, "positions")):
-        if v.device != keep[0].device:
-            raise ValueError(f"{name}: on {v.device}, the state on {keep[0].device}")
-    args.write_plans, args.num_write = None, sv.shape[0]
-    args.write_slots, args.write_positions = sv.ptr, pv.ptr
-    _prefill_call(args, on_host, state, stream)
-    del keep, sv, pv
+        prefill(state_cache, rows[lo:hi], ape, _out_none(x, d), empty_compress, None, state_layout=layout,
+                write_slots=slots[lo:hi], write_positions=pos[lo:hi])
 
 
 def _out_none(x: _Xp, d: int) -> Any:

@@ -65,7 +65,7 @@ def test_rebind() -> None:
                               "state, input, ape, output, plans, state_layout, output_index, entry"),
                              (lambda r: prefill_case(inst, r, 1.0, PREFILL_SHAPES), c128.Prefill,
                               "state, input, ape, output, compress_plans, write_plans, state_layout, output_index, "
-                              "entry")):
+                              "entry, write_slots, write_positions")):
         a, b = make(np.random.default_rng(7)), make(np.random.default_rng(7))
         bound = cls(a.state, a.input, a.ape, a.output, *a.plans)
         bound.rebind(state=b.state, output=b.output)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import c128
-from cases import DECODE_FILLS, PREFILL_SHAPES, decode_case, prefill_case
+from cases import DECODE_FILLS, PREFILL_SHAPES, decode_case, np_dtype, prefill_case, random_ape, random_rows
 
 W = 128
 
@@ -158,3 +158,80 @@ def test_planner_with_a_block_table(layout_name: str) -> None:
         with pytest.raises(c128.Error) as e:
             c128.plan_prefill(bad, reqs, capacity=500)
         assert e.value.status == c128.Status[status_name]
+
+
+@pytest.mark.parametrize("name, biased, bound", [("h128_f32_f32_f32", True, False), ("h128_f32_f32_f32", False, True),
+                                                 ("h256_bf16_bf16_bf16", False, False)])
+def test_prefill_write_slots(name: str, biased: bool, bound: bool, checked) -> None:
+    """c128.prefill(write_slots=, write_positions=) (and the bound Prefill): input row t goes to physical
+    state row slots[t], with ape row positions[t] % 128 added to its score where scores are biased (the
+    fp32 add); a negative slot or one past the state writes nothing, and every other byte of the state
+    stays; the checker reads the slots (a slot past the state, two tokens with one slot); refusals."""
+    inst = next(i for i in c128.instances() if i.name == name)
+    d, sd = inst.head_dim, inst.state_dtype
+    rng = np.random.default_rng(11)
+    b, blocks, t = 16, 9, 70
+    state = random_rows(rng, blocks * b, d, sd, 1.0).reshape(blocks, b, 2 * d)
+    before = state.copy()
+    rows = random_rows(rng, t, d, sd, 60.0)
+    ape = random_ape(rng, d)
+    slots = rng.permutation(blocks * b)[:t].astype(np.int64)
+    slots[[3, 40]] = -1  # padding
+    slots[17] = blocks * b + 5  # past the state: skipped by the kernel, named by the checker
+    pos = rng.integers(0, 1 << 40, t).astype(np.int64)
+    layout = c128.StateLayout(block_rows=b, score_biased=biased)
+    out = np.zeros((0, d), np_dtype(inst.output_dtype))
+    no_compress = np.zeros((0, 16), np.uint8)
+    ok = slots.copy()
+    ok[17] = -1
+    report = c128.check_prefill_plans(state, rows, ape, out, no_compress, None, state_layout=layout, write_slots=ok,
+                                      write_positions=pos)
+    assert report.ok, report
+    if bound:
+        launch = c128.Prefill(state, rows, ape, out, no_compress, None, state_layout=layout,
+                              write_slots=np.full(t, -1, np.int64), write_positions=pos)
+        launch()
+        assert state.tobytes() == before.tobytes()  # every slot negative: nothing written
+        launch.rebind(write_slots=slots)
+        launch()
+    else:
+        c128.prefill(state, rows, ape, out, no_compress, None, state_layout=layout, write_slots=slots,
+                     write_positions=pos)
+    want = before.reshape(blocks * b, 2 * d).copy()
+    for k in np.flatnonzero((slots >= 0) & (slots < blocks * b)):
+        row = rows[k].copy()
+        if biased:
+            row[d:] = row[d:] + ape[pos[k] % W]  # float32 + float32: the kernels' fp32 add
+        want[slots[k]] = row
+    assert state.reshape(blocks * b, 2 * d).tobytes() == want.tobytes()
+    # the checker names a slot past the state, and two tokens with one slot at the later one
+    report = c128.check_prefill_plans(state, rows, ape, out, no_compress, None, state_layout=layout,
+                                      write_slots=slots, write_positions=pos)
+    assert (report.index, report.kind) == (17, "write"), report
+    twice = ok.copy()
+    twice[50] = twice[20]
+    report = c128.check_prefill_plans(state, rows, ape, out, no_compress, None, state_layout=layout,
+                                      write_slots=twice, write_positions=pos)
+    assert (report.index, report.kind) == (50, "write"), report
+    # refused before any launch, the state unchanged
+    after = state.copy()
+    for kw, error, match in (
+            (dict(write_slots=slots), ValueError, "give both"),
+            (dict(write_positions=pos), ValueError, "give both"),
+            (dict(write_slots=slots.astype(np.int32), write_positions=pos), TypeError, "write_slots: expected int64"),
+            (dict(write_slots=slots, write_positions=pos[:-1]), ValueError, "one position a slot"),
+            (dict(write_slots=np.zeros(t + 1, np.int64), write_positions=np.zeros(t + 1, np.int64)), ValueError,
+             "one per input row"),
+            (dict(write_slots=slots, write_positions=pos, plans=np.zeros((0, 8), np.uint8)), ValueError,
+             "one source")):
+        plans = kw.pop("plans", None)
+        with pytest.raises(error, match=match):
+            c128.prefill(state, rows, ape, out, no_compress, plans, state_layout=layout, **kw)
+    with pytest.raises(c128.Error) as e:  # slots are physical rows: not on a sharded state
+        c128.prefill(state, rows, ape, out, no_compress, None, layout=(0, 2, blocks), state_layout=layout,
+                     write_slots=slots, write_positions=pos)
+    assert e.value.status == c128.Status.ERROR_INVALID_STATE_LAYOUT
+    assert state.tobytes() == after.tobytes()
+    checked("c128.prefill / Prefill with write_slots and write_positions (host runner): rows at their physical "
+            "slots (ape added where biased), padding and slots past the state not written, the rest of the state "
+            "unchanged; the checker names a slot past the state and a slot named twice; refusals")

@@ -122,6 +122,28 @@ def test_opcheck_layout_index_entry() -> None:
             op(*args, **dict(kw, cache=cache, workspace=ws[:need - 16]))
 
 
+def test_opcheck_write_slots() -> None:
+    """prefill_extended with write_slots / write_positions in place of write plans (None): opcheck, and the
+    eager op's state bytes equal c128.prefill's."""
+    rng = np.random.default_rng(9)
+    d, b, blocks, t = 128, 8, 20, 37
+    state = rng.standard_normal((blocks, b, 2 * d)).astype(np.float32)
+    rows = rng.standard_normal((t, 2 * d)).astype(np.float32)
+    ape = rng.standard_normal((128, d)).astype(np.float32)
+    slots = rng.permutation(blocks * b)[:t].astype(np.int64)
+    slots[5] = -1
+    pos = rng.integers(0, 4096, t).astype(np.int64)
+    kw = dict(block_rows=b, score_biased=True, write_slots=torch.from_numpy(slots),
+              write_positions=torch.from_numpy(pos))
+    args = (to_t(state), to_t(rows), to_t(ape), torch.zeros((0, d)), torch.zeros((0, 16), dtype=torch.uint8), None)
+    _opcheck(OPS.prefill_extended.default, args, kw)
+    OPS.prefill_extended(*args, **kw)
+    want = state.copy()
+    c128.prefill(want, rows, ape, np.zeros((0, d), np.float32), np.zeros((0, 16), np.uint8), None,
+                 state_layout=c128.StateLayout(block_rows=b, score_biased=True), write_slots=slots, write_positions=pos)
+    assert args[0].numpy().tobytes() == want.tobytes() and want.tobytes() != state.tobytes()
+
+
 def test_opcheck_device_planners() -> None:
     ring_kw = dict(state_pages=16, ring_tokens=256, speculative=True)
     reqs = c128.requests([3, 0, 7, 5], [256, 0, 300, 129])
