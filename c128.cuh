@@ -3085,13 +3085,19 @@ static c128_status c128__launch_blocks(const void *kernel, int64_t blocks, const
    their cluster) and a wave the units the device runs at once; the largest g of least cost wins.
    Launches refuse more than INT32_MAX jobs, so larger counts are costed as that many (no
    overflow). */
+/* Window steps a block of group g takes for `jobs` jobs of `per_group` blocks each, `wave` blocks
+   (or clusters) at once: waves times jobs a block. */
+static int64_t c128__group_cost(int64_t jobs, int64_t per_group, int64_t wave, int32_t g) {
+  const int64_t units = (jobs / g + (jobs % g != 0)) * per_group;
+  return (units / wave + (units % wave != 0)) * g;
+}
 static int32_t c128__least_cost_group(int64_t jobs, int64_t per_group, int64_t wave, int32_t max_group) {
   if (jobs <= 0) return 1;
   if (jobs > INT32_MAX) jobs = INT32_MAX;
   int32_t best = 1;
   int64_t best_cost = INT64_MAX;
   for (int32_t g = 1; g <= max_group; ++g) {
-    const int64_t units = (jobs / g + (jobs % g != 0)) * per_group, cost = (units / wave + (units % wave != 0)) * g;
+    const int64_t cost = c128__group_cost(jobs, per_group, wave, g);
     if (cost <= best_cost) best = g, best_cost = cost;
   }
   return best;
@@ -3198,11 +3204,24 @@ static int c128__entries_in_clusters(int variant, int32_t group, c128__trait t, 
 
 /* An automatic group in clusters: costed in the clusters the device runs at once (fewer than its
    blocks / splits: a cluster's blocks share a GPC), below a window's splits. The host runner
-   (kernel NULL) keeps its group: results do not depend on it. */
-static void c128__cluster_group(int32_t requested, int64_t jobs, c128__trait t, const void *kernel, int32_t *group) {
+   (kernel NULL) keeps its group: results do not depend on it. Returns whether the clusters cost
+   at most a quarter more window steps than the automatic group `*group` had without them, whose
+   splits meet in the workspace (always, for a caller's group or the host runner). A decode heeds
+   it: on an H100, boundary decode B = 32 took 11.60 us in clusters (2 requests a block, 32
+   clusters not running at once) against 10.05 at one request a block in the workspace; B = 8
+   (clusters as cheap) 6.08 against 6.88, B = 128 (a quarter dearer) 25.78 against 27.58. */
+static int c128__cluster_group(int32_t requested, int64_t jobs, c128__trait t, const void *kernel, int32_t *group) {
   const int splits = C128_NUM_SPLIT(t.head_dim);
   const int64_t wave = requested > 0 || !kernel ? 0 : c128__cluster_wave(kernel, splits);
-  if (wave > 0) *group = c128__least_cost_group(jobs, 1, wave, splits - 1);
+  int device = 0, sm_count = 0;
+  if (wave <= 0) return 1;
+  const int32_t pooled = *group;
+  *group = c128__least_cost_group(jobs, 1, wave, splits - 1);
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sm_count <= 0)
+    return 1;
+  const int64_t without = c128__group_cost(jobs, splits, (int64_t)C128_BLOCKS_PER_SM * sm_count, pooled);
+  return 4 * c128__group_cost(jobs, 1, wave, *group) <= 5 * without;
 }
 
 /* The rest of a decode launch's form once its group is known: a decode with entries takes whole
@@ -3235,8 +3254,10 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group);
   if (st != C128_SUCCESS) return st;
   const void *cluster_kernel = kernels ? kernels[C128__CLUSTER_DECODE_VARIANT] : NULL;
-  const int clusters = c128__entries_in_clusters(variant, p.group, tv, cluster_kernel);
-  if (clusters) c128__cluster_group(a->requests_per_block, a->batch, tv, cluster_kernel, &p.group);
+  const int32_t pooled_group = p.group;
+  int clusters = c128__entries_in_clusters(variant, p.group, tv, cluster_kernel);
+  if (clusters && !c128__cluster_group(a->requests_per_block, a->batch, tv, cluster_kernel, &p.group))
+    clusters = 0, p.group = pooled_group; /* the workspace at the automatic group */
   c128__decode_form(a->requests_per_block, variant, clusters, &p, &more, &tv);
   if (tv.single) kernel = kernels ? kernels[C128__SINGLE_VARIANT + tv.entry] : NULL;
   if (tv.cluster) kernel = kernels ? kernels[C128__CLUSTER_DECODE_VARIANT] : NULL;
@@ -3266,7 +3287,7 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
     if (!more.whole && c128__entries_in_clusters(variant, p.group, tv, cluster_kernel)) { /* DESIGN 11.3 */
       tv.cluster = 1;
       kernel = cluster_kernel;
-      c128__cluster_group(a->windows_per_block, a->num_compress, tv, kernel, &p.group);
+      (void)c128__cluster_group(a->windows_per_block, a->num_compress, tv, kernel, &p.group); /* 8K-32K: faster */
     }
     st = c128__launch_blocks(kernel, c128__grouped_blocks(a->num_compress, tv, &p), &p, tv, C128_PLAN_COMPRESS, a->pdl,
                              stream, o);
