@@ -2225,8 +2225,11 @@ C128__FN float c128__lane_squares(c128__entry_row y, int head_dim, int lane) {
   return sum;
 }
 /* Channel c of the normalised window: z = bf16(gamma_c * (b_c * r)). */
+C128__FN float c128__z_of(float gamma, float b, float r) {
+  return c128__widen_bf16(c128__narrow_bf16(c128__mul(gamma, c128__mul(b, r))));
+}
 C128__FN float c128__entry_z(const c128__params *p, c128__entry_row y, float r, int c) {
-  return c128__widen_bf16(c128__narrow_bf16(c128__mul(p->more->gamma[c], c128__mul(c128__row_at(y, c), r))));
+  return c128__z_of(p->more->gamma[c], c128__row_at(y, c), r);
 }
 /* Lane l's largest |z| of channels base + 2l, base + 2l + 1. */
 C128__FN float c128__lane_amax(const c128__params *p, c128__entry_row y, float r, int base, int lane) {
@@ -2241,6 +2244,12 @@ C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128
   c128__entry_row y = {NULL, NULL};
   if (c128__in_cluster(t)) y.bf16 = ext->rows[e];
   else y.f32 = ext->y[e % 2];
+  /* gamma and the RoPE pair are loaded first: their round trips overlap the sum of squares, its
+     tree and the square root, which do not need them */
+  const int base = split * C128_TILE_DIM, c = base + C128_TILE_ELEMS * lane, rope = split == splits - 1;
+  const float g0 = p->more->gamma[c], g1 = p->more->gamma[c + 1];
+  float2 cs = {0.0f, 0.0f};
+  if (rope) cs = c128__load2(p, p->more->rope, ((int64_t)ext->position[e] * C128_WARP_THREADS + lane) * 2, C128_F32, 0);
   float lanes[C128_WARP_THREADS]; /* the host runner's replay of the reductions */
 #ifndef __CUDA_ARCH__
   for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_squares(y, D, l);
@@ -2248,14 +2257,11 @@ C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128
   const float squares = c128__warp_tree(c128__lane_squares(y, D, lane), lanes, 0, lane);
   const float r = c128__div(1.0f, c128__sqrt(c128__add(c128__div(squares, (float)D), p->more->eps)));
   const int64_t loc = ext->entry[e];
-  const int base = split * C128_TILE_DIM, c = base + C128_TILE_ELEMS * lane;
-  const float z0 = c128__entry_z(p, y, r, c), z1 = c128__entry_z(p, y, r, c + 1);
+  const float z0 = c128__z_of(g0, c128__row_at(y, c), r), z1 = c128__z_of(g1, c128__row_at(y, c + 1), r);
   const int64_t entries = (int64_t)1 << p->more->entry_shift, slot = loc & (entries - 1);
   char *page = p->more->cache + (loc >> p->more->entry_shift) * p->more->page_bytes;
   char *entry = page + slot * (fp8 ? D + C128_ROPE_DIMS : 2 * D), *scales = page + (D + C128_ROPE_DIMS) * entries;
-  if (split == splits - 1) { /* RoPE pair `lane` of the last 64 channels at the window's position */
-    const float2 cs =
-        c128__load2(p, p->more->rope, ((int64_t)ext->position[e] * C128_WARP_THREADS + lane) * 2, C128_F32, 0);
+  if (rope) { /* RoPE pair `lane` of the last 64 channels at the window's position */
     const uint32_t re = c128__narrow_bf16(c128__sub(c128__mul(z0, cs.x), c128__mul(z1, cs.y)));
     const uint32_t im = c128__narrow_bf16(c128__add(c128__mul(z0, cs.y), c128__mul(z1, cs.x)));
     c128__store_bytes(p, entry + (fp8 ? D - C128_ROPE_DIMS + 2 * C128_TILE_ELEMS * lane : 2 * c), re | im << 16, 4);
@@ -2267,7 +2273,7 @@ C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128
 #ifndef __CUDA_ARCH__
   for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_amax(p, y, r, base, l);
 #endif
-  const float amax = c128__warp_tree(c128__lane_amax(p, y, r, base, lane), lanes, 1, lane);
+  const float amax = c128__warp_tree(c128__max_either(fabsf(z0), fabsf(z1)), lanes, 1, lane); /* its lane_amax */
   const int finite = amax <= 3.402823466e38f, E = finite ? c128__scale_exponent(amax) : 0;
   const uint32_t q0 = finite ? c128__e4m3(c128__mul(z0, c128__pow2(-E))) : 0x7Fu;
   const uint32_t q1 = finite ? c128__e4m3(c128__mul(z1, c128__pow2(-E))) : 0x7Fu;
