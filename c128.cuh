@@ -2237,6 +2237,14 @@ C128__FN float c128__lane_amax(const c128__params *p, c128__entry_row y, float r
   return c128__max_either(fabsf(c128__entry_z(p, y, r, c)), fabsf(c128__entry_z(p, y, r, c + 1)));
 }
 
+/* What an entry's split takes besides the row: gamma of channels c and c + 1, and in the last
+   split (`rope`) RoPE pair `lane` at window e's position. */
+C128__FN void c128__entry_constants(const c128__params *p, const c128__block_ext *ext, int e, int c, int rope, int lane,
+                                    float *g0, float *g1, float2 *cs) {
+  *g0 = p->more->gamma[c], *g1 = p->more->gamma[c + 1];
+  if (rope)
+    *cs = c128__load2(p, p->more->rope, ((int64_t)ext->position[e] * C128_WARP_THREADS + lane) * 2, C128_F32, 0);
+}
 /* Listed window e's entry: split `split` of it, by lane `lane` of warp C128__ENTRY_WARP + split. */
 C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128__block_ext *ext, int e, int split,
                                 int lane) {
@@ -2244,12 +2252,14 @@ C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128
   c128__entry_row y = {NULL, NULL};
   if (c128__in_cluster(t)) y.bf16 = ext->rows[e];
   else y.f32 = ext->y[e % 2];
-  /* gamma and the RoPE pair are loaded first: their round trips overlap the sum of squares, its
-     tree and the square root, which do not need them */
+  /* A cluster's block loads gamma and the RoPE pair first, so that their round trips overlap the
+     sum of squares, its tree and the square root (the workspace form's kernels spilled on sm_100
+     holding them that long: they load them after). */
   const int base = split * C128_TILE_DIM, c = base + C128_TILE_ELEMS * lane, rope = split == splits - 1;
-  const float g0 = p->more->gamma[c], g1 = p->more->gamma[c + 1];
+  const int early = c128__in_cluster(t);
+  float g0 = 0.0f, g1 = 0.0f;
   float2 cs = {0.0f, 0.0f};
-  if (rope) cs = c128__load2(p, p->more->rope, ((int64_t)ext->position[e] * C128_WARP_THREADS + lane) * 2, C128_F32, 0);
+  if (early) c128__entry_constants(p, ext, e, c, rope, lane, &g0, &g1, &cs);
   float lanes[C128_WARP_THREADS]; /* the host runner's replay of the reductions */
 #ifndef __CUDA_ARCH__
   for (int l = 0; l < C128_WARP_THREADS; ++l) lanes[l] = c128__lane_squares(y, D, l);
@@ -2257,6 +2267,7 @@ C128__FN void c128__write_entry(const c128__params *p, c128__trait t, const c128
   const float squares = c128__warp_tree(c128__lane_squares(y, D, lane), lanes, 0, lane);
   const float r = c128__div(1.0f, c128__sqrt(c128__add(c128__div(squares, (float)D), p->more->eps)));
   const int64_t loc = ext->entry[e];
+  if (!early) c128__entry_constants(p, ext, e, c, rope, lane, &g0, &g1, &cs);
   const float z0 = c128__z_of(g0, c128__row_at(y, c), r), z1 = c128__z_of(g1, c128__row_at(y, c + 1), r);
   const int64_t entries = (int64_t)1 << p->more->entry_shift, slot = loc & (entries - 1);
   char *page = p->more->cache + (loc >> p->more->entry_shift) * p->more->page_bytes;
