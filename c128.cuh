@@ -2228,6 +2228,7 @@ C128__FN float c128__lane_squares(c128__entry_row y, int head_dim, int lane) {
 C128__FN float c128__z_of(float gamma, float b, float r) {
   return c128__widen_bf16(c128__narrow_bf16(c128__mul(gamma, c128__mul(b, r))));
 }
+#ifndef __CUDA_ARCH__ /* the host runner replays the amax tree from every lane's channels */
 C128__FN float c128__entry_z(const c128__params *p, c128__entry_row y, float r, int c) {
   return c128__z_of(p->more->gamma[c], c128__row_at(y, c), r);
 }
@@ -2236,6 +2237,7 @@ C128__FN float c128__lane_amax(const c128__params *p, c128__entry_row y, float r
   const int c = base + C128_TILE_ELEMS * lane;
   return c128__max_either(fabsf(c128__entry_z(p, y, r, c)), fabsf(c128__entry_z(p, y, r, c + 1)));
 }
+#endif
 
 /* What an entry's split takes besides the row: gamma of channels c and c + 1, and in the last
    split (`rope`) RoPE pair `lane` at window e's position. */
