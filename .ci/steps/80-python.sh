@@ -5,9 +5,10 @@
 # compiles nothing), the wheel holds the package alone; then pytest from the repository root
 # against the installed package (the CPU tests; the GPU tests skip without a device) and
 # examples/python/serve.py on the host runner. Then the uninstalled ways: a Meson build with
-# -Dshared_library=true whose `meson test` runs the same pytest suite against the build
-# directory's libc128.so (C128_LIBRARY), and whose `meson install` gives C users libc128.so and
-# c128.pc: a C program built with nothing but `pkg-config --cflags --libs c128` runs.
+# -Dshared_library=true whose `meson test` runs serve.py against the build directory's libc128.so
+# (C128_LIBRARY; its pytest suite, python_cpu, is the one just run against the installed package,
+# so it is not run twice), and whose `meson install` gives C users libc128.so and c128.pc: a C
+# program built with nothing but `pkg-config --cflags --libs c128` runs.
 source "$(dirname "$0")/common.bash"
 repo=$PWD
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then # Debian splits venv out of python3
@@ -46,7 +47,7 @@ export PATH=$venv/bin:$PATH # the python3 that has numpy and pytest
 q meson setup "$scratch/build" --prefix="$scratch/prefix" -Dwerror=true -Dgpu_arch=90 -Dgpu_ptx= \
   -Dtests=disabled -Dexamples=false -Dshared_library=true
 q meson compile -C "$scratch/build"
-q meson test -C "$scratch/build" --suite cpu --print-errorlogs python_cpu serve_py_cpu
+q meson test -C "$scratch/build" --suite cpu --print-errorlogs serve_py_cpu
 q meson install -C "$scratch/build" --no-rebuild
 pc=$(find "$scratch/prefix" -name c128.pc)
 [ -n "$pc" ] || fail "meson install -Dshared_library=true installed no c128.pc"
