@@ -3149,18 +3149,20 @@ static int64_t c128__grouped_blocks(int64_t jobs, c128__trait t, const c128__par
   return (jobs + p->group - 1) / p->group * (t.entry && p->more->whole ? 1 : C128_NUM_SPLIT(t.head_dim));
 }
 
-/* A launch's group: the caller's, or the automatic one, which needs the device's SM count; the
-   host runner takes an H200's 132 SMs: results do not depend on the grouping. */
+/* A launch's group: the caller's, or the automatic one, which needs the device's SM count (kept
+   in *sm_count for the cluster costing; 0 with the caller's group); the host runner takes an
+   H200's 132 SMs: results do not depend on the grouping. */
 #define C128__HOST_SM_COUNT 132
 static c128_status c128__pick_group(int32_t requested, int64_t jobs, c128__trait t, int32_t max_group,
-                                    const void *kernel, int32_t *group) {
-  int device = 0, sm_count = C128__HOST_SM_COUNT;
-  *group = requested;
+                                    const void *kernel, int32_t *group, int *sm_count) {
+  int device = 0;
+  *group = requested, *sm_count = 0;
   if (requested > 0) return C128_SUCCESS;
+  *sm_count = C128__HOST_SM_COUNT;
   if (kernel && (cudaGetDevice(&device) != cudaSuccess ||
-                 cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess))
+                 cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess))
     return C128_ERROR_LAUNCH_FAILED;
-  *group = c128__group_size(jobs, t.head_dim, sm_count, max_group);
+  *group = c128__group_size(jobs, t.head_dim, *sm_count, max_group);
   return C128_SUCCESS;
 }
 
@@ -3228,17 +3230,15 @@ static int c128__entries_in_clusters(int variant, int32_t group, c128__trait t, 
    splits meet in the workspace (always, for a caller's group or the host runner). A decode heeds
    it: on an H100, boundary decode B = 32 took 11.60 us in clusters (2 requests a block, 32
    clusters not running at once) against 10.05 at one request a block in the workspace; B = 8
-   (clusters as cheap) 6.08 against 6.88, B = 128 (a quarter dearer) 25.78 against 27.58. */
-static int c128__cluster_group(int32_t requested, int64_t jobs, c128__trait t, const void *kernel, int32_t *group) {
+   (clusters as cheap) 6.08 against 6.88, B = 128 (a quarter dearer) 25.78 against 27.58.
+   `sm_count` is the one c128__pick_group found. */
+static int c128__cluster_group(int32_t requested, int64_t jobs, c128__trait t, const void *kernel, int sm_count,
+                               int32_t *group) {
   const int splits = C128_NUM_SPLIT(t.head_dim);
   const int64_t wave = requested > 0 || !kernel ? 0 : c128__cluster_wave(kernel, splits);
-  int device = 0, sm_count = 0;
-  if (wave <= 0) return 1;
+  if (wave <= 0 || sm_count <= 0) return 1;
   const int32_t pooled = *group;
   *group = c128__least_cost_group(jobs, 1, wave, splits - 1);
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sm_count <= 0)
-    return 1;
   const int64_t without = c128__group_cost(jobs, splits, (int64_t)C128_BLOCKS_PER_SM * sm_count, pooled);
   return 4 * c128__group_cost(jobs, 1, wave, *group) <= 5 * without;
 }
@@ -3270,12 +3270,13 @@ static c128_status c128__decode_run(const c128_decode_args *a, c128__trait t, co
   c128__params p = c128__decode_params(a, &shape, &more);
   c128__trait tv = c128__variant_trait(t, variant);
   const void *kernel = kernels ? kernels[variant] : NULL;
-  st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group);
+  int sm_count = 0;
+  st = c128__pick_group(a->requests_per_block, a->batch, tv, C128_MAX_DECODE_GROUP, kernel, &p.group, &sm_count);
   if (st != C128_SUCCESS) return st;
   const void *cluster_kernel = kernels ? kernels[C128__CLUSTER_DECODE_VARIANT] : NULL;
   const int32_t pooled_group = p.group;
   int clusters = c128__entries_in_clusters(variant, p.group, tv, cluster_kernel);
-  if (clusters && !c128__cluster_group(a->requests_per_block, a->batch, tv, cluster_kernel, &p.group))
+  if (clusters && !c128__cluster_group(a->requests_per_block, a->batch, tv, cluster_kernel, sm_count, &p.group))
     clusters = 0, p.group = pooled_group; /* the workspace at the automatic group */
   c128__decode_form(a->requests_per_block, variant, clusters, &p, &more, &tv);
   if (tv.single) kernel = kernels ? kernels[C128__SINGLE_VARIANT + tv.entry] : NULL;
@@ -3299,14 +3300,18 @@ static c128_status c128__prefill_run(const c128_prefill_args *a, c128__trait t, 
     c128__params p = c128__prefill_params(a, C128_PLAN_COMPRESS, &shape, &more);
     c128__trait tv = c128__variant_trait(t, variant);
     const void *kernel = compress_kernels ? compress_kernels[variant] : NULL;
-    st = c128__pick_group(a->windows_per_block, a->num_compress, tv, C128_MAX_PREFILL_GROUP, kernel, &p.group);
+    int sm_count = 0;
+    st = c128__pick_group(a->windows_per_block, a->num_compress, tv, C128_MAX_PREFILL_GROUP, kernel, &p.group,
+                          &sm_count);
     if (st != C128_SUCCESS) return st;
     c128__take_whole_windows(&p, &more, tv, 1);
     const void *cluster_kernel = compress_kernels ? compress_kernels[C128__CLUSTER_COMPRESS_VARIANT] : NULL;
     if (!more.whole && c128__entries_in_clusters(variant, p.group, tv, cluster_kernel)) { /* DESIGN 11.3 */
       tv.cluster = 1;
       kernel = cluster_kernel;
-      (void)c128__cluster_group(a->windows_per_block, a->num_compress, tv, kernel, &p.group); /* 8K-32K: faster */
+      /* a compress keeps its clusters whatever they cost against the workspace: measured faster
+         from 8K to 32K tokens (BENCHMARKS.md, cache entries in clusters) */
+      (void)c128__cluster_group(a->windows_per_block, a->num_compress, tv, kernel, sm_count, &p.group);
     }
     st = c128__launch_blocks(kernel, c128__grouped_blocks(a->num_compress, tv, &p), &p, tv, C128_PLAN_COMPRESS, a->pdl,
                              stream, o);

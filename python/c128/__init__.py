@@ -508,17 +508,25 @@ def _state_layout_bind(dst: _lib.StateLayout, sl: Any, s: Optional[View], stream
     return keep
 
 
-def _index_bind(index: Any, rows: int, stream: int, device: Optional[Tuple[str, int]], checker: bool) -> View:
-    v = view(index, "output_index", stream)
+def _per_row(obj: Any, name: str, meaning: str, rows: int, at_least: bool, stream: int,
+             device: Optional[Tuple[str, int]], checker: bool) -> View:
+    """An int64 array of one value per input row: `rows` or more (at_least), else at most `rows`;
+    read on `device`, or (the checker) in host memory."""
+    v = view(obj, name, stream)
     if v.dtype != "i64":
-        raise TypeError(f"output_index: expected int64 (an output row or cache entry per input row), got {v.dtype}")
-    if len(v.shape) != 1 or v.shape[0] < rows:
-        raise ValueError(f"output_index: expected a contiguous int64 tensor of shape (>= {rows},) (one per input "
-                         f"row), got {_fmt(v.shape)}")
-    _contiguous(v, "output_index")
-    _aligned(v, "output_index", 8)
-    _where_read(v, "output_index", None if checker else device, checker, "the plan checker")
+        raise TypeError(f"{name}: expected int64 ({meaning}), got {v.dtype}")
+    if len(v.shape) != 1 or (v.shape[0] < rows if at_least else v.shape[0] > rows):
+        raise ValueError(f"{name}: expected a contiguous int64 tensor of shape ({'>=' if at_least else '<='} {rows},) "
+                         f"(one per input row), got {_fmt(v.shape)}")
+    _contiguous(v, name)
+    _aligned(v, name, 8)
+    _where_read(v, name, None if checker else device, checker, "the plan checker")
     return v
+
+
+def _index_bind(index: Any, rows: int, stream: int, device: Optional[Tuple[str, int]], checker: bool) -> View:
+    return _per_row(index, "output_index", "an output row or cache entry per input row", rows, True, stream, device,
+                    checker)
 
 
 def _slots_bind(write_slots: Any, write_positions: Any, input_rows: int, stream: int,
@@ -527,22 +535,11 @@ def _slots_bind(write_slots: Any, write_positions: Any, input_rows: int, stream:
     if write_slots is None or write_positions is None:
         raise ValueError("write_slots, write_positions: give both (a token's physical state row and its position) "
                          "or neither")
-    views = []
-    for obj, name in ((write_slots, "write_slots"), (write_positions, "write_positions")):
-        v = view(obj, name, stream)
-        if v.dtype != "i64":
-            raise TypeError(f"{name}: expected int64 (one per input row), got {v.dtype}")
-        if len(v.shape) != 1 or v.shape[0] > input_rows:
-            raise ValueError(f"{name}: expected a contiguous int64 tensor of shape (<= {input_rows},) (one per input "
-                             f"row), got {_fmt(v.shape)}")
-        _contiguous(v, name)
-        _aligned(v, name, 8)
-        _where_read(v, name, None if checker else device, checker, "the plan checker")
-        views.append(v)
-    if views[0].shape != views[1].shape:
-        raise ValueError(f"write_positions: shape {_fmt(views[1].shape)}, write_slots {_fmt(views[0].shape)}: one "
-                         f"position a slot")
-    return views[0], views[1]
+    sv, pv = (_per_row(obj, name, "one per input row", input_rows, False, stream, device, checker)
+              for obj, name in ((write_slots, "write_slots"), (write_positions, "write_positions")))
+    if sv.shape != pv.shape:
+        raise ValueError(f"write_positions: shape {_fmt(pv.shape)}, write_slots {_fmt(sv.shape)}: one position a slot")
+    return sv, pv
 
 
 def _real(value: Any, name: str) -> float:
