@@ -227,6 +227,14 @@ def test_prefill_write_slots(name: str, biased: bool, bound: bool, checked) -> N
         plans = kw.pop("plans", None)
         with pytest.raises(error, match=match):
             c128.prefill(state, rows, ape, out, no_compress, plans, state_layout=layout, **kw)
+    for kw, error in ((dict(write_slots="slots", write_positions=pos), TypeError),
+                      (dict(write_slots=slots.reshape(2, -1), write_positions=pos.reshape(2, -1)), ValueError)):
+        with pytest.raises(error):
+            c128.prefill(state, rows, ape, out, no_compress, None, state_layout=layout, **kw)
+    # no slot (0 of them), and garbage slots and positions: nothing written
+    garbage = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1, blocks * b], np.int64)
+    for sl, ps in ((np.zeros(0, np.int64), np.zeros(0, np.int64)), (garbage, garbage[::-1].copy())):
+        c128.prefill(state, rows, ape, out, no_compress, None, state_layout=layout, write_slots=sl, write_positions=ps)
     with pytest.raises(c128.Error) as e:  # slots are physical rows: not on a sharded state
         c128.prefill(state, rows, ape, out, no_compress, None, layout=(0, 2, blocks), state_layout=layout,
                      write_slots=slots, write_positions=pos)
@@ -234,4 +242,5 @@ def test_prefill_write_slots(name: str, biased: bool, bound: bool, checked) -> N
     assert state.tobytes() == after.tobytes()
     checked("c128.prefill / Prefill with write_slots and write_positions (host runner): rows at their physical "
             "slots (ape added where biased), padding and slots past the state not written, the rest of the state "
-            "unchanged; the checker names a slot past the state and a slot named twice; refusals")
+            "unchanged; the checker names a slot past the state and a slot named twice; refusals; 0 slots and "
+            "garbage slots (INT64_MIN / MAX, -1, past the state) write nothing")
